@@ -1,0 +1,43 @@
+# `make demo` and `make test` are the only two commands a new user needs:
+# each creates .venv/ on first use and installs the project into it.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+ARCH := $(shell uname -m)
+# torch/torchvision are pinned on x86_64, where these versions are served locally.
+ifeq ($(ARCH),x86_64)
+TORCH_PINS := torch==2.14.1 torchvision==0.29.1
+endif
+STAMP := $(VENV)/.installed
+DEMO_DIR ?= build/demo
+DEMO_IMAGES ?= 2000
+
+.PHONY: venv demo test lint format bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet $(TORCH_PINS) -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m wdstool sample-data $(DEMO_DIR)/images --images $(DEMO_IMAGES) --classes 10 --seed 0
+	$(PY) -m wdstool pack $(DEMO_DIR)/images $(DEMO_DIR)/shards --max-count 250 --overwrite
+	$(PY) -m wdstool inspect $(DEMO_DIR)/shards
+	$(PY) -m wdstool verify $(DEMO_DIR)/shards
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+clean:
+	rm -rf build .pytest_cache

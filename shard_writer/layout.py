@@ -1,0 +1,140 @@
+"""Which sample goes into which shard: a pure function of (files, seed, limits).
+
+Nothing here reads a file. Sizes come from the scan (or from a measuring pass when images are
+re-encoded), so the layout is known before any shard is written. That is what makes packing
+parallel, resumable and byte-identical whatever the number of workers.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from shard_writer.probe import ImageInfo
+from shard_writer.scan import SourceFile
+from wdstool.errors import ConfigError
+
+BLOCK = 512
+END_OF_ARCHIVE = 2 * BLOCK
+_KEY_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+# The .json member (relative path, class, width, height, format) fits one block unless the path
+# is long; this bound is what the layout reserves for it.
+_JSON_OVERHEAD = 128
+
+
+def member_bytes(payload: int) -> int:
+    """Bytes a tar member with ``payload`` bytes of data takes: header + data padded to blocks."""
+    return BLOCK + -(-payload // BLOCK) * BLOCK
+
+
+def json_bound(relpath: str, class_name: str) -> int:
+    """Upper bound of the .json member's payload for a sample (exact sizes vary with digits)."""
+    return (
+        _JSON_OVERHEAD + len(relpath.encode("utf-8", "surrogateescape")) * 6 + len(class_name) * 6
+    )
+
+
+def sample_key(f: SourceFile, width: int = 9) -> str:
+    """A unique, stable, dot-free key: ImageFolder position plus a readable stem."""
+    stem = f.relpath.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+    stem = _KEY_UNSAFE.sub("_", stem)[:40].strip("_")
+    key = f"{f.index:0{width}d}"
+    return f"{key}_{stem}" if stem else key
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayoutOptions:
+    """Shard size limits and the pack-time shuffle."""
+
+    max_count: int = 10_000
+    max_size: int = 256 * 1000**2
+    shuffle: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_count < 1:
+            raise ConfigError(f"max_count must be >= 1, got {self.max_count}")
+        if self.max_size < 4 * BLOCK:
+            raise ConfigError(f"max_size must be at least {4 * BLOCK} bytes, got {self.max_size}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardSpec:
+    """One shard to write: its position, file name, samples in member order and size bound."""
+
+    index: int
+    name: str
+    samples: tuple[SourceFile, ...]
+    infos: tuple[ImageInfo, ...]
+    keys: tuple[str, ...]
+    size_bound: int
+
+
+def shard_name(prefix: str, index: int, total: int) -> str:
+    width = max(6, len(str(max(total - 1, 0))))
+    return f"{prefix}-{index:0{width}d}.tar"
+
+
+def plan_layout(
+    files: Sequence[SourceFile],
+    classes: Sequence[str],
+    *,
+    options: LayoutOptions,
+    prefix: str = "train",
+    infos: Sequence[ImageInfo],
+) -> tuple[ShardSpec, ...]:
+    """Split ``files`` into shards of at most ``max_count`` samples and ``max_size`` bytes.
+
+    Samples are shuffled across classes first (seeded, unless ``shuffle`` is off): ImageFolder
+    order is sorted by class, and no buffer shuffle at read time can repair class-sorted shards.
+    ``infos`` (from the probe) give the bytes each image member stores. A shard exceeds
+    ``max_size`` only when a single sample does.
+    """
+    sizes = [info.payload_size for info in infos]
+    if len(sizes) != len(files):
+        raise ValueError("infos must match files")
+    order = list(range(len(files)))
+    if options.shuffle:
+        random.Random(options.seed).shuffle(order)
+    width = max(9, len(str(max(len(files) - 1, 0))))
+
+    groups: list[list[int]] = []
+    current: list[int] = []
+    current_bytes = END_OF_ARCHIVE
+    for i in order:
+        f = files[i]
+        need = (
+            member_bytes(sizes[i])
+            + member_bytes(len(str(f.class_idx)))
+            + member_bytes(json_bound(f.relpath, classes[f.class_idx]))
+        )
+        full = len(current) >= options.max_count or current_bytes + need > options.max_size
+        if current and full:
+            groups.append(current)
+            current, current_bytes = [], END_OF_ARCHIVE
+        current.append(i)
+        current_bytes += need
+    if current:
+        groups.append(current)
+
+    specs = []
+    for n, group in enumerate(groups):
+        bound = END_OF_ARCHIVE + sum(
+            member_bytes(sizes[i])
+            + member_bytes(len(str(files[i].class_idx)))
+            + member_bytes(json_bound(files[i].relpath, classes[files[i].class_idx]))
+            for i in group
+        )
+        specs.append(
+            ShardSpec(
+                index=n,
+                name=shard_name(prefix, n, len(groups)),
+                samples=tuple(files[i] for i in group),
+                infos=tuple(infos[i] for i in group),
+                keys=tuple(sample_key(files[i], width) for i in group),
+                size_bound=bound,
+            )
+        )
+    return tuple(specs)

@@ -1,0 +1,202 @@
+"""``index.json``: the one manifest schema, written by pack and read by loaders and verify.
+
+It follows the wids shard-index layout so other tools read it (``__kind__``, ``wids_version``,
+``shardlist`` of ``{url, nsamples, filesize}``) and adds our fields: sha256 per shard, classes,
+totals, pack options, a fingerprint of the layout, the skipped inputs and a format version.
+Shard URLs are relative to the manifest. Serialisation is canonical (sorted keys, fixed
+separators), so the same dataset always gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from wdstool.errors import ShardError
+
+MANIFEST_NAME = "index.json"
+FORMAT = "wdstool-manifest"
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardEntry:
+    url: str
+    nsamples: int
+    filesize: int
+    sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "url": self.url,
+            "nsamples": self.nsamples,
+            "filesize": self.filesize,
+            "sha256": self.sha256,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Manifest:
+    shards: tuple[ShardEntry, ...]
+    classes: tuple[str, ...] = ()
+    fingerprint: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+    skipped: tuple[dict[str, str], ...] = ()
+    name: str = ""
+
+    @property
+    def num_samples(self) -> int:
+        return sum(s.nsamples for s in self.shards)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(s.filesize for s in self.shards)
+
+    @property
+    def shard_sizes(self) -> list[int]:
+        return [s.nsamples for s in self.shards]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "__kind__": "wids-shard-index-v1",
+            "wids_version": 1,
+            "name": self.name,
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "fingerprint": self.fingerprint,
+            "num_samples": self.num_samples,
+            "total_bytes": self.total_bytes,
+            "num_shards": len(self.shards),
+            "classes": list(self.classes),
+            "pack_options": self.options,
+            "skipped": list(self.skipped),
+            "shardlist": [s.to_json() for s in self.shards],
+        }
+
+    def dumps(self) -> bytes:
+        return (json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n").encode("ascii")
+
+
+def _need(obj: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if key not in obj:
+        raise ShardError(f"{where}: malformed manifest: missing field {key!r}")
+    value = obj[key]
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise ShardError(f"{where}: malformed manifest: field {key!r} has the wrong type")
+    return value
+
+
+def parse_manifest(data: bytes | str, where: str) -> Manifest:
+    """Parse and validate manifest bytes; ``where`` (its URL) goes into every error."""
+    try:
+        obj = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ShardError(f"{where}: not a valid JSON manifest: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ShardError(f"{where}: malformed manifest: top level is not an object")
+    if obj.get("__kind__") not in (None, "wids-shard-index-v1"):
+        raise ShardError(f"{where}: unknown manifest kind {obj.get('__kind__')!r}")
+    version = obj.get("format_version", FORMAT_VERSION)
+    if obj.get("format", FORMAT) == FORMAT and version != FORMAT_VERSION:
+        raise ShardError(
+            f"{where}: manifest format version {version!r} is not supported "
+            f"(this wdstool reads version {FORMAT_VERSION}); upgrade wdstool or re-pack"
+        )
+    shardlist = _need(obj, "shardlist", list, where)
+    shards = []
+    seen: set[str] = set()
+    for n, raw in enumerate(shardlist):
+        at = f"{where} shardlist[{n}]"
+        if not isinstance(raw, dict):
+            raise ShardError(f"{at}: malformed manifest: entry is not an object")
+        url = _need(raw, "url", str, at)
+        nsamples = _need(raw, "nsamples", int, at)
+        if nsamples < 0:
+            raise ShardError(f"{at}: malformed manifest: negative nsamples {nsamples}")
+        if not url or url in seen:
+            raise ShardError(f"{at}: malformed manifest: empty or duplicate url {url!r}")
+        seen.add(url)
+        filesize = raw.get("filesize", -1)
+        sha = raw.get("sha256", "")
+        if not isinstance(filesize, int) or isinstance(filesize, bool) or not isinstance(sha, str):
+            raise ShardError(f"{at}: malformed manifest: bad filesize or sha256")
+        shards.append(ShardEntry(url=url, nsamples=nsamples, filesize=filesize, sha256=sha))
+    classes = obj.get("classes", [])
+    if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
+        raise ShardError(f"{where}: malformed manifest: 'classes' must be a list of names")
+    options = obj.get("pack_options", {})
+    skipped = obj.get("skipped", [])
+    return Manifest(
+        shards=tuple(shards),
+        classes=tuple(classes),
+        fingerprint=str(obj.get("fingerprint", "")),
+        options=options if isinstance(options, dict) else {},
+        skipped=tuple(s for s in skipped if isinstance(s, dict))
+        if isinstance(skipped, list)
+        else (),
+        name=str(obj.get("name", "")),
+    )
+
+
+def build_manifest(
+    entries: Sequence[ShardEntry],
+    *,
+    classes: Sequence[str],
+    fingerprint: str,
+    options: dict[str, Any],
+    skipped: Sequence[dict[str, str]],
+    name: str = "",
+) -> Manifest:
+    return Manifest(
+        shards=tuple(entries),
+        classes=tuple(classes),
+        fingerprint=fingerprint,
+        options=dict(options),
+        skipped=tuple(sorted(skipped, key=lambda s: s["path"])),
+        name=name,
+    )
+
+
+def manifest_url_for(source: str) -> str:
+    """The manifest URL for a dataset source: the source itself if it names a .json file,
+    else ``<source>/index.json`` (a folder or prefix)."""
+    if source.endswith(".json"):
+        return source
+    return source.rstrip("/") + "/" + MANIFEST_NAME
+
+
+def base_url_of(manifest_url: str) -> str:
+    """The folder/prefix that relative shard URLs in a manifest are resolved against."""
+    return manifest_url.rsplit("/", 1)[0] if "/" in manifest_url else "."
+
+
+def resolve_shard_url(base: str, url: str) -> str:
+    if "://" in url or url.startswith("/"):
+        return url
+    return f"{base}/{url}"
+
+
+def load_manifest(
+    source: str, storage_options: dict[str, Any] | None = None
+) -> tuple[Manifest, str]:
+    """Read and validate the manifest of ``source``; return it and its base URL."""
+    import fsspec
+
+    from wdstool.errors import StorageError
+
+    url = manifest_url_for(source)
+    try:
+        with fsspec.open(url, "rb", **(storage_options or {})) as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise ShardError(
+            f"{url}: no manifest found (pack with `wdstool pack`, or pass a brace pattern "
+            "of shard URLs)"
+        ) from None
+    except PermissionError as exc:
+        raise StorageError(f"{url}: access denied: {exc}") from None
+    except OSError as exc:
+        raise StorageError(f"{url}: cannot read manifest: {exc}") from None
+    return parse_manifest(data, url), base_url_of(url)

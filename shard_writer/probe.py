@@ -1,0 +1,162 @@
+"""Probe every candidate image before the layout is planned.
+
+The layout must know which inputs are good and how many bytes each sample stores, so probing
+comes first, in parallel: by default only the image header and the last few KB (the end marker)
+are read, not the whole file; ``--verify-decode`` decodes fully; re-encoding encodes once to
+learn the size (PIL's encoder is deterministic; the shard writer encodes again). Failures are
+known before any shard is written, so ``--on-error fail`` publishes nothing and no shard ends
+up emptier than the layout planned.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+from shard_writer.image import BadImage, PreparedImage, prepare_image
+from shard_writer.scan import Scan, Skipped, SourceFile, printable
+from wdstool.errors import InputError
+
+_CHUNK = 128
+_TAIL = 4096
+
+
+@dataclass(frozen=True, kw_only=True)
+class EncodeOptions:
+    """Everything that changes the bytes of a sample."""
+
+    verify_decode: bool = False
+    max_side: int | None = None
+    quality: int | None = None
+
+    @property
+    def reencode(self) -> bool:
+        return self.max_side is not None or self.quality is not None
+
+
+@dataclass(frozen=True, slots=True)
+class ImageInfo:
+    """What the shard writer needs to know about a good input."""
+
+    ext: str
+    width: int
+    height: int
+    fmt: str
+    payload_size: int
+
+
+def read_source(root: str, relpath: str, expected_size: int | None) -> bytes:
+    """Read a whole source file; raise BadImage with a user-facing reason."""
+    path = os.path.join(root, relpath)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise BadImage("vanished during pack (or broken symlink)") from None
+    except OSError as exc:
+        raise BadImage(f"unreadable: {exc.strerror or exc}") from None
+    if expected_size is not None and len(data) != expected_size:
+        raise BadImage(f"changed during pack: {len(data)} bytes, {expected_size} when scanned")
+    return data
+
+
+def _head_and_tail(path: str, size: int) -> bytes:
+    """Enough of the file to parse the header and see the end marker, without reading it all."""
+    try:
+        with open(path, "rb") as f:
+            if size <= 2 * 65536:
+                return f.read()
+            head = f.read(65536)
+            f.seek(size - _TAIL)
+            tail = f.read()
+    except FileNotFoundError:
+        raise BadImage("vanished during pack (or broken symlink)") from None
+    except OSError as exc:
+        raise BadImage(f"unreadable: {exc.strerror or exc}") from None
+    if b"\xff\xd9" in tail or b"IEND" in tail or not head.startswith((b"\xff\xd8", b"\x89PNG")):
+        return head + tail
+    with open(path, "rb") as f:  # rare: a long trailer after the end marker
+        return f.read()
+
+
+def probe_one(root: str, f: SourceFile, encode: EncodeOptions) -> ImageInfo:
+    """Check one input; raise BadImage with the reason."""
+    if encode.verify_decode or encode.reencode:
+        img = prepare_image(
+            read_source(root, f.relpath, f.size),
+            verify_decode=encode.verify_decode,
+            max_side=encode.max_side,
+            quality=encode.quality,
+        )
+        return ImageInfo(img.ext, img.width, img.height, img.fmt, len(img.payload))
+    if f.size == 0:
+        raise BadImage("empty file")
+    sample = _head_and_tail(os.path.join(root, f.relpath), f.size)
+    img = prepare_image(sample)
+    return ImageInfo(img.ext, img.width, img.height, img.fmt, f.size)
+
+
+def _probe_chunk(
+    root: str, files: list[SourceFile], encode: EncodeOptions
+) -> list[ImageInfo | str]:
+    out: list[ImageInfo | str] = []
+    for f in files:
+        try:
+            out.append(probe_one(root, f, encode))
+        except BadImage as exc:
+            out.append(str(exc))
+    return out
+
+
+def probe_files(
+    scan: Scan,
+    encode: EncodeOptions,
+    *,
+    fail: bool,
+    workers: int,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[list[SourceFile], list[ImageInfo], list[Skipped]]:
+    """Return (good files, their infos, skipped inputs), good files in scan order."""
+    files = list(scan.files)
+    chunks = [files[i : i + _CHUNK] for i in range(0, len(files), _CHUNK)]
+    results: list[ImageInfo | str] = []
+    if workers == 1 or len(chunks) <= 1:
+        for chunk in chunks:
+            results.extend(_probe_chunk(scan.root, chunk, encode))
+            if progress:
+                progress(len(chunk))
+    else:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
+            n = len(chunks)
+            for chunk, part in zip(
+                chunks, pool.map(_probe_chunk, [scan.root] * n, chunks, [encode] * n), strict=True
+            ):
+                results.extend(part)
+                if progress:
+                    progress(len(chunk))
+    good, infos, skipped = [], [], []
+    for f, res in zip(files, results, strict=True):
+        if isinstance(res, ImageInfo):
+            good.append(f)
+            infos.append(res)
+        elif fail:
+            raise InputError(f"{os.path.join(scan.root, printable(f.relpath))}: {res}")
+        else:
+            skipped.append(Skipped(printable(f.relpath), res))
+    return good, infos, skipped
+
+
+def payload_for(
+    root: str, f: SourceFile, info: ImageInfo, encode: EncodeOptions
+) -> tuple[bytes, int]:
+    """(bytes to store, source bytes read) for a probed input, at write time."""
+    data = read_source(root, f.relpath, f.size)
+    if not encode.reencode:
+        return data, len(data)
+    img: PreparedImage = prepare_image(data, max_side=encode.max_side, quality=encode.quality)
+    if len(img.payload) != info.payload_size:
+        raise BadImage("re-encoding gave a different size than when probed (changed during pack?)")
+    return img.payload, len(data)

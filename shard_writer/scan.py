@@ -1,0 +1,124 @@
+"""Walk an ImageFolder root exactly as torchvision does.
+
+``torchvision.datasets.ImageFolder`` sorts class folders by name, gives them indices in that
+order, walks each class folder with ``sorted(os.walk(..., followlinks=True))`` and keeps the files
+whose lower-cased name ends with one of ``IMG_EXTENSIONS``. We reproduce that order so labels
+match, and record (instead of raising) what torchvision would choke on: empty class folders,
+files that cannot be stat'ed (broken symlinks, permissions).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass
+
+from wdstool.errors import InputError
+
+# torchvision.datasets.folder.IMG_EXTENSIONS
+IMG_EXTENSIONS: tuple[str, ...] = (
+    ".jpg",
+    ".jpeg",
+    ".png",
+    ".ppm",
+    ".bmp",
+    ".pgm",
+    ".tif",
+    ".tiff",
+    ".webp",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceFile:
+    """One candidate image: its position in ImageFolder order, path relative to the root, label."""
+
+    index: int
+    relpath: str
+    class_idx: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """An input left out of the dataset, and why."""
+
+    path: str
+    reason: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"path": self.path, "reason": self.reason}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scan:
+    """The result of walking SRC: classes in label order, files in ImageFolder order."""
+
+    root: str
+    classes: tuple[str, ...]
+    files: tuple[SourceFile, ...]
+    problems: tuple[Skipped, ...]
+
+    @property
+    def class_to_idx(self) -> dict[str, int]:
+        return {c: i for i, c in enumerate(self.classes)}
+
+
+def printable(path: str) -> str:
+    """A path as valid UTF-8 text: undecodable bytes shown as backslash escapes."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _describe_stat_error(path: str, exc: OSError) -> str:
+    if exc.errno == errno.ELOOP:
+        return "symlink loop: cannot stat"
+    if exc.errno == errno.ENOENT and os.path.islink(path):
+        return "broken symlink"
+    return f"cannot stat: {exc.strerror or exc}"
+
+
+def scan_imagefolder(root: str | os.PathLike[str]) -> Scan:
+    """Walk ``root`` (``root/<class>/**/<image>``) and return every candidate image.
+
+    Raises InputError when root is missing, is not a directory, or has no class folder.
+    Files are only stat'ed here; their content is checked when shards are written.
+    """
+    root = os.fspath(root)
+    if not os.path.exists(root):
+        raise InputError(f"{root}: no such directory")
+    if not os.path.isdir(root):
+        raise InputError(
+            f"{root}: not a directory (expected an ImageFolder root: SRC/<class>/<image>)"
+        )
+    try:
+        classes = sorted(entry.name for entry in os.scandir(root) if entry.is_dir())
+    except OSError as exc:
+        raise InputError(f"{root}: cannot list directory: {exc.strerror or exc}") from exc
+    if not classes:
+        raise InputError(
+            f"{root}: not an ImageFolder tree: no class folders found (expected SRC/<class>/<image>)"
+        )
+
+    files: list[SourceFile] = []
+    problems: list[Skipped] = []
+    for class_idx, name in enumerate(classes):
+        class_dir = os.path.join(root, name)
+        found = 0
+        for dirpath, _dirs, fnames in sorted(os.walk(class_dir, followlinks=True)):
+            for fname in sorted(fnames):
+                if not fname.lower().endswith(IMG_EXTENSIONS):
+                    continue
+                path = os.path.join(dirpath, fname)
+                rel = os.path.relpath(path, root)
+                found += 1
+                try:
+                    st = os.stat(path)
+                except OSError as exc:
+                    problems.append(Skipped(printable(rel), _describe_stat_error(path, exc)))
+                    continue
+                files.append(SourceFile(len(files), rel, class_idx, st.st_size))
+        if found == 0:
+            problems.append(
+                Skipped(printable(name), "empty class folder: no file with an image extension")
+            )
+    return Scan(root=root, classes=tuple(classes), files=tuple(files), problems=tuple(problems))

@@ -1,0 +1,149 @@
+"""``inspect`` and ``verify``: read a packed dataset back and check it against its manifest."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+import fsspec
+from loaders.tario import TarSampleReader
+
+from shard_writer.manifest import Manifest, load_manifest, manifest_url_for, resolve_shard_url
+from wdstool.errors import ShardError, WdsToolError
+
+IMAGE_EXTS = frozenset({"jpg", "jpeg", "png", "webp", "bmp", "ppm", "pgm", "tif", "tiff", "gif"})
+
+
+class _HashingReader:
+    """A read-only, non-seekable file wrapper that hashes and counts every byte read."""
+
+    def __init__(self, f: Any, on_bytes: Callable[[int], object] | None) -> None:
+        self._f = f
+        self._on_bytes = on_bytes
+        self.digest = hashlib.sha256()
+        self.size = 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._f.read(n)
+        self.digest.update(data)
+        self.size += len(data)
+        if self._on_bytes is not None and data:
+            self._on_bytes(len(data))
+        return data
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def drain(self) -> None:
+        while self.read(1 << 20):
+            pass
+
+
+def inspect_dataset(source: str, *, nkeys: int = 5, storage_options: dict | None = None) -> dict:
+    """Summary of a dataset from its manifest, plus the first ``nkeys`` keys of the first shard."""
+    manifest, base = load_manifest(source, storage_options)
+    keys: list[str] = []
+    if nkeys and manifest.shards:
+        url = resolve_shard_url(base, manifest.shards[0].url)
+        with fsspec.open(url, "rb", **(storage_options or {})) as f:
+            for sample in TarSampleReader(f, url, keep=lambda ext: False):
+                keys.append(sample.key)
+                if len(keys) >= nkeys:
+                    break
+    counts = manifest.shard_sizes
+    info = manifest.to_json()
+    info.update(
+        manifest=manifest_url_for(source),
+        shards=info.pop("shardlist"),
+        min_samples=min(counts) if counts else 0,
+        max_samples=max(counts) if counts else 0,
+        sample_keys=keys,
+    )
+    return info
+
+
+def _check_sample(sample: Any, url: str, nclasses: int, decode: bool) -> None:
+    images = [e for e in sample.parts if e in IMAGE_EXTS]
+    if len(images) != 1:
+        raise ShardError(
+            f"{url}: sample {sample.key!r} has {len(images)} image members, expected 1"
+        )
+    cls = sample.parts.get("cls")
+    if cls is None:
+        raise ShardError(f"{url}: sample {sample.key!r} has no .cls member")
+    try:
+        label = int(cls.decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        raise ShardError(
+            f"{url}: sample {sample.key!r} has a non-integer label {cls[:20]!r}"
+        ) from None
+    if nclasses and not 0 <= label < nclasses:
+        raise ShardError(f"{url}: sample {sample.key!r} label {label} outside 0..{nclasses - 1}")
+    if decode:
+        from loaders.decode import decode_rgb
+
+        try:
+            decode_rgb(sample.parts[images[0]], images[0])
+        except WdsToolError as exc:
+            raise ShardError(f"{url}: sample {sample.key!r}: {exc.message}") from None
+
+
+def verify_shard(
+    manifest: Manifest,
+    index: int,
+    base: str,
+    *,
+    decode: bool = False,
+    storage_options: dict | None = None,
+    on_bytes: Callable[[int], object] | None = None,
+) -> None:
+    entry = manifest.shards[index]
+    url = resolve_shard_url(base, entry.url)
+    try:
+        f = fsspec.open(url, "rb", **(storage_options or {})).open()
+    except FileNotFoundError:
+        raise ShardError(f"{url}: shard listed in the manifest is missing") from None
+    with f:
+        reader = _HashingReader(f, on_bytes)
+        seen: set[str] = set()
+        n = 0
+        for sample in TarSampleReader(reader, url):
+            if sample.key in seen:
+                raise ShardError(f"{url}: duplicate key {sample.key!r}")
+            seen.add(sample.key)
+            _check_sample(sample, url, len(manifest.classes), decode)
+            n += 1
+        reader.drain()
+    if entry.filesize >= 0 and reader.size != entry.filesize:
+        raise ShardError(f"{url}: size {reader.size} bytes, manifest says {entry.filesize}")
+    if entry.sha256 and reader.digest.hexdigest() != entry.sha256:
+        raise ShardError(f"{url}: sha256 mismatch (content changed or corrupt)")
+    if n != entry.nsamples:
+        raise ShardError(f"{url}: {n} samples, manifest says {entry.nsamples}")
+
+
+def verify_dataset(
+    source: str,
+    *,
+    decode: bool = False,
+    storage_options: dict | None = None,
+    on_bytes: Callable[[int], object] | None = None,
+) -> dict:
+    """Check every shard; raise ShardError naming the first bad one. Returns a short report."""
+    manifest, base = load_manifest(source, storage_options)
+    for i in range(len(manifest.shards)):
+        verify_shard(
+            manifest, i, base, decode=decode, storage_options=storage_options, on_bytes=on_bytes
+        )
+    return {
+        "manifest": manifest_url_for(source),
+        "num_shards": len(manifest.shards),
+        "num_samples": manifest.num_samples,
+        "total_bytes": manifest.total_bytes,
+        "decoded": decode,
+        "ok": True,
+    }

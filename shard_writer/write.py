@@ -1,0 +1,144 @@
+"""Write one shard: read its samples, check them, stream tar members, hash, publish atomically.
+
+This runs inside pack's worker processes (or inline with one worker). Its inputs are a picklable
+:class:`ShardTask`; its output a :class:`ShardOutcome`, also recorded in a small marker file so an
+interrupted pack can reuse the shard.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from shard_writer.dest import STATE_DIR, Destination
+from shard_writer.image import BadImage
+from shard_writer.layout import ShardSpec
+from shard_writer.probe import EncodeOptions, payload_for
+from shard_writer.scan import printable
+from shard_writer.tarformat import END, write_member
+from wdstool.errors import InputError
+
+
+class OnError(StrEnum):
+    SKIP = "skip"
+    FAIL = "fail"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardTask:
+    root: str
+    dest_url: str
+    storage_options: dict[str, Any] | None
+    spec: ShardSpec
+    classes: tuple[str, ...]
+    encode: EncodeOptions
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardOutcome:
+    name: str
+    nsamples: int
+    filesize: int
+    sha256: str
+    source_bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "nsamples": self.nsamples,
+            "filesize": self.filesize,
+            "sha256": self.sha256,
+            "source_bytes": self.source_bytes,
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> ShardOutcome:
+        return cls(
+            name=obj["name"],
+            nsamples=int(obj["nsamples"]),
+            filesize=int(obj["filesize"]),
+            sha256=str(obj["sha256"]),
+            source_bytes=int(obj.get("source_bytes", 0)),
+        )
+
+
+def marker_name(shard: str) -> str:
+    return f"{STATE_DIR}/{shard}.json"
+
+
+def write_shard(task: ShardTask, on_sample: Callable[[int], None] | None = None) -> ShardOutcome:
+    """Write ``task.spec`` to its destination; return what was written.
+
+    Inputs were probed before the layout was planned; one that changed since raises InputError.
+    """
+    dest = Destination(task.dest_url, task.storage_options)
+    spec = task.spec
+    tmp = dest.temp_path(spec.name)
+    digest = hashlib.sha256()
+    nsamples = filesize = source_bytes = 0
+    try:
+        with open(tmp, "wb", buffering=1 << 20) as out:
+
+            def write(chunk: bytes) -> None:
+                out.write(chunk)
+                digest.update(chunk)
+
+            for f, info, key in zip(spec.samples, spec.infos, spec.keys, strict=True):
+                try:
+                    payload, nread = payload_for(task.root, f, info, task.encode)
+                except BadImage as exc:
+                    # the probe accepted it: the file changed since; counts are fixed by now
+                    raise InputError(
+                        f"{os.path.join(task.root, printable(f.relpath))}: {exc}"
+                    ) from None
+                meta = {
+                    "path": printable(f.relpath),
+                    "class": task.classes[f.class_idx],
+                    "class_index": f.class_idx,
+                    "width": info.width,
+                    "height": info.height,
+                    "format": info.fmt.lower(),
+                }
+                filesize += write_member(write, f"{key}.{info.ext}", payload)
+                filesize += write_member(write, f"{key}.cls", b"%d" % f.class_idx)
+                meta_bytes = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode("ascii")
+                filesize += write_member(write, f"{key}.json", meta_bytes)
+                nsamples += 1
+                source_bytes += nread
+                if on_sample is not None:
+                    on_sample(nread)
+            write(END)
+            filesize += len(END)
+            out.flush()
+            if dest.local:
+                os.fsync(out.fileno())
+        dest.publish(tmp, spec.name)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    outcome = ShardOutcome(
+        name=spec.name,
+        nsamples=nsamples,
+        filesize=filesize,
+        sha256=digest.hexdigest(),
+        source_bytes=source_bytes,
+    )
+    dest.write_bytes(marker_name(spec.name), json.dumps(outcome.to_json()).encode("ascii"))
+    return outcome
+
+
+def hash_file(dest: Destination, name: str, chunk: int = 8 << 20) -> tuple[int, str]:
+    """(size, sha256) of a published file."""
+    digest = hashlib.sha256()
+    size = 0
+    with dest.open_read(name) as f:
+        while block := f.read(chunk):
+            digest.update(block)
+            size += len(block)
+    return size, digest.hexdigest()

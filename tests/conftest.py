@@ -1,0 +1,83 @@
+"""Shared fixtures: small real ImageFolder trees and packed datasets in temporary folders."""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def jpeg_bytes(seed: int, size: tuple[int, int] = (64, 48), quality: int = 85) -> bytes:
+    """A small, real, noisy JPEG (deterministic for a seed)."""
+    rng = random.Random(seed)
+    img = Image.new("RGB", size, (rng.randrange(256), rng.randrange(256), rng.randrange(256)))
+    px = img.load()
+    for _ in range(size[0] * size[1] // 4):
+        px[rng.randrange(size[0]), rng.randrange(size[1])] = (
+            rng.randrange(256),
+            rng.randrange(256),
+            rng.randrange(256),
+        )
+    out = io.BytesIO()
+    img.save(out, format="JPEG", quality=quality)
+    return out.getvalue()
+
+
+def png_bytes(seed: int, size: tuple[int, int] = (40, 30)) -> bytes:
+    rng = random.Random(seed)
+    img = Image.new("RGBA", size, (rng.randrange(256), 0, rng.randrange(256), 128))
+    out = io.BytesIO()
+    img.save(out, format="PNG")
+    return out.getvalue()
+
+
+def make_tree(root: Path, counts: dict[str, int], seed: int = 0, ext: str = ".jpg") -> Path:
+    """root/<class>/img_XXXX<ext> with `counts[class]` real JPEGs each."""
+    n = 0
+    for cls, count in counts.items():
+        d = root / cls
+        d.mkdir(parents=True, exist_ok=True)
+        for i in range(count):
+            (d / f"img_{i:04d}{ext}").write_bytes(jpeg_bytes(seed * 100_003 + n))
+            n += 1
+    return root
+
+
+def run_cli(
+    *args: str, check: bool = True, timeout: float = 300, **kw
+) -> subprocess.CompletedProcess:
+    """Run `python -m wdstool ARGS` in a subprocess (a real process, real exit code)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "wdstool", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=kw.pop("cwd", REPO),
+        env={**os.environ, **kw.pop("env", {})},
+        **kw,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"wdstool {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture
+def small_tree(tmp_path: Path) -> Path:
+    return make_tree(tmp_path / "src", {"cat": 7, "dog": 5, "emu": 4})
+
+
+def dir_bytes(path: Path) -> dict[str, bytes]:
+    """Every visible file under path -> its bytes (for byte-identity checks)."""
+    return {
+        str(p.relative_to(path)): p.read_bytes()
+        for p in sorted(path.rglob("*"))
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
+    }

@@ -1,0 +1,50 @@
+"""One error hierarchy for the whole tool.
+
+Every domain error is a :class:`click.ClickException`, so the CLI shows a one-line
+``Error: ...`` message and exits non-zero instead of printing a traceback. Library users
+catch :class:`WdsToolError` (or a subclass). Messages name the bad value, the file or URL,
+and, where there is one, the fix.
+"""
+
+from __future__ import annotations
+
+import click
+
+
+class WdsToolError(click.ClickException):
+    """Base class of every error wdstool raises on purpose."""
+
+    exit_code = 1
+
+    def __init__(self, message: str) -> None:
+        # one line, always: a multi-line message would break "one-line error" promises
+        super().__init__(" ".join(str(message).split()))
+
+    def __reduce__(self):  # picklable across process pools and DataLoader workers
+        return (type(self), (self.message,))
+
+
+class ConfigError(WdsToolError):
+    """A bad option or argument (rejected before any work starts)."""
+
+    exit_code = 2
+
+
+class InputError(WdsToolError):
+    """Bad source data: a missing or malformed ImageFolder tree, an unreadable image."""
+
+
+class DestinationError(WdsToolError):
+    """The destination cannot be used: it holds another dataset, is not writable, ..."""
+
+
+class ShardError(WdsToolError):
+    """A shard or manifest is missing, corrupt, or disagrees with the other."""
+
+
+class StorageError(WdsToolError):
+    """Reading or writing storage failed (after retries, where retries apply)."""
+
+
+class SampleError(ShardError):
+    """One sample inside a shard cannot be decoded."""

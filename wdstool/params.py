@@ -1,0 +1,63 @@
+"""click parameter types: sizes and the like are parsed here, once."""
+
+from __future__ import annotations
+
+import re
+
+import click
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+}
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(text: str | int) -> int:
+    """'256MB' -> 256_000_000, '1.5GiB' -> 1610612736, '4096' -> 4096. Raises ValueError."""
+    if isinstance(text, int):
+        return text
+    m = _SIZE_RE.match(text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise ValueError(f"{text!r} is not a size (examples: 256MB, 1.5GiB, 1000000)")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def format_size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"  # pragma: no cover
+
+
+class ByteSize(click.ParamType):
+    """A byte count with an optional unit: 256MB, 1.5GiB, 1000000."""
+
+    name = "size"
+
+    def convert(self, value, param, ctx):  # type: ignore[override]
+        if isinstance(value, int):
+            return value
+        try:
+            size = parse_size(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        if size <= 0:
+            self.fail(f"{value!r} must be positive", param, ctx)
+        return size
+
+
+BYTE_SIZE = ByteSize()
