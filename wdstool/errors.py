@@ -17,11 +17,24 @@ class WdsToolError(click.ClickException):
     exit_code = 1
 
     def __init__(self, message: str) -> None:
+        message = _unwrap_worker_message(str(message))
         # one line, always: a multi-line message would break "one-line error" promises
-        super().__init__(" ".join(str(message).split()))
+        super().__init__(" ".join(message.split()))
 
     def __reduce__(self):  # picklable across process pools and DataLoader workers
         return (type(self), (self.message,))
+
+
+def _unwrap_worker_message(message: str) -> str:
+    """torch's DataLoader re-raises a worker's exception as ``type("Caught X in DataLoader
+    worker process N.\nOriginal Traceback ...\nmodule.X: <message>")``; keep the message."""
+    if not message.startswith("Caught ") or "Original Traceback" not in message:
+        return message
+    head = message.split("\n", 1)[0]
+    last = [line for line in message.splitlines() if line.strip()][-1]
+    original = last.split(": ", 1)[1] if ": " in last else last
+    where = head[len("Caught ") :].split(" ", 1)[-1].rstrip(".")  # "in DataLoader worker process 0"
+    return f"{original} ({where})"
 
 
 class ConfigError(WdsToolError):

@@ -1,0 +1,144 @@
+"""Train a small ResNet with DDP on packed shards: the intended use of ``loaders``.
+
+    torchrun --nproc_per_node=2 examples/train_ddp.py --data build/demo/shards --device cpu
+    torchrun --nproc_per_node=8 examples/train_ddp.py --data s3://bucket/train --epochs 90
+
+On CUDA: NCCL, AMP (bf16) and channels-last; workers ship uint8 batches (4x fewer bytes than
+float32), pinned memory makes the host-to-device copy asynchronous, and ``normalize`` runs on
+the GPU. With ``--device cpu`` it runs anywhere with gloo (what the tests do).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torchvision.models.resnet import BasicBlock, ResNet
+
+from loaders import make_loader, normalize
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--data", required=True, help="index.json, a folder/prefix holding one, or a brace pattern"
+    )
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=64, help="per rank")
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--workers", type=int, default=None, help="DataLoader workers per rank")
+    p.add_argument(
+        "--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu"
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--log-every", type=int, default=20, help="log step time and data wait every N steps"
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="write a per-rank JSON report here (keys, steps, losses)",
+    )
+    return p.parse_args()
+
+
+def small_resnet(num_classes: int) -> torch.nn.Module:
+    """ResNet-10: one BasicBlock per stage."""
+    return ResNet(BasicBlock, [1, 1, 1, 1], num_classes=num_classes)
+
+
+def main() -> None:
+    args = parse_args()
+    cuda = args.device == "cuda"
+    dist.init_process_group("nccl" if cuda else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    torch.manual_seed(args.seed)  # same initial weights on every rank
+
+    loader = make_loader(
+        args.data,
+        args.batch_size,
+        image_size=args.image_size,
+        seed=args.seed,
+        num_workers=args.workers,
+        pin_memory=cuda,
+    )
+    num_classes = max(len(loader.dataset.index.classes), 2)
+    model = small_resnet(num_classes).to(device)
+    if cuda:
+        model = model.to(memory_format=torch.channels_last)
+    model = DDP(model, device_ids=[local_rank] if cuda else None)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, weight_decay=1e-4)
+    report: dict = {"rank": rank, "world_size": world, "len": len(loader), "epochs": []}
+
+    for epoch in range(args.epochs):
+        loader.set_epoch(epoch)
+        model.train()
+        keys: list[str] = []
+        losses: list[float] = []
+        wait = step_time = 0.0
+        t_end = time.perf_counter()
+        for step, batch in enumerate(loader):
+            t_data = time.perf_counter()
+            wait += t_data - t_end
+            x = batch["pixel_values"].to(device, non_blocking=True)
+            y = batch["labels"].to(device, non_blocking=True)
+            x = normalize(x)
+            if cuda:
+                x = x.contiguous(memory_format=torch.channels_last)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
+                loss = F.cross_entropy(model(x), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+            keys.extend(batch["keys"])
+            t_end = time.perf_counter()
+            step_time += t_end - t_data
+            if rank == 0 and (step + 1) % args.log_every == 0:
+                n = args.log_every
+                print(
+                    f"epoch {epoch} step {step + 1}/{len(loader)} loss {sum(losses[-n:]) / n:.3f} "
+                    f"step {1000 * step_time / n:.1f} ms data-wait {1000 * wait / n:.1f} ms",
+                    flush=True,
+                )
+                wait = step_time = 0.0
+        mean = torch.tensor([sum(losses), len(losses)], dtype=torch.float64)
+        dist.all_reduce(mean)
+        if rank == 0:
+            print(
+                f"epoch {epoch}: mean loss {mean[0] / mean[1]:.4f} over {len(losses)} steps per rank",
+                flush=True,
+            )
+        report["epochs"].append(
+            {
+                "epoch": epoch,
+                "steps": len(losses),
+                "keys": keys,
+                "losses": losses,
+                "replaced": loader.num_replaced,
+            }
+        )
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / f"rank{rank}.json").write_text(json.dumps(report))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

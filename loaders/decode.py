@@ -1,0 +1,199 @@
+"""Image decode and augmentation, producing uint8 CHW tensors.
+
+JPEG goes through libjpeg-turbo (``torchvision.io.decode_jpeg``), PNG/WEBP/GIF through
+``torchvision.io.decode_image``, anything else through PIL. Declared dimensions are checked
+before any full decode (decompression bombs). Augmentation uses an explicit ``random.Random``
+(never torch's global RNG), so a worker's output is a pure function of its seeds.
+Normalization belongs on the training device: ``normalize`` takes uint8 batches there.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import random
+import warnings
+
+import torch
+from PIL import Image
+from torchvision.io import ImageReadMode, decode_image, decode_jpeg
+from torchvision.transforms.v2 import functional as F
+
+from wdstool.errors import SampleError
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+IMAGE_EXTENSIONS: frozenset[str] = frozenset(
+    {"jpg", "jpeg", "png", "webp", "bmp", "ppm", "pgm", "tif", "tiff", "gif"}
+)
+MAX_PIXELS = 89_478_485
+# torchvision 0.29 warns on every decode call that its codecs are deprecated in favour of
+# TorchCodec; the functions still work and are what we measured. Silence exactly that warning.
+warnings.filterwarnings("ignore", message=r"The image decoding and encoding capabilities")
+# decode only reads the bytes: torch.frombuffer over immutable bytes is safe here
+warnings.filterwarnings("ignore", message=r"The given buffer is not writable")
+_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+
+
+def jpeg_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) from a JPEG's SOF marker, walking segments by length; None if absent."""
+    pos, n = 2, len(data)
+    while pos + 4 <= n:
+        if data[pos] != 0xFF:
+            return None
+        marker = data[pos + 1]
+        if marker == 0xFF:
+            pos += 1
+            continue
+        if marker in (0x01, *range(0xD0, 0xD8)):
+            pos += 2
+            continue
+        if marker in (0xD9, 0xDA):
+            return None
+        if marker in _SOF and pos + 9 <= n:
+            height = int.from_bytes(data[pos + 5 : pos + 7], "big")
+            width = int.from_bytes(data[pos + 7 : pos + 9], "big")
+            return width, height
+        pos += 2 + int.from_bytes(data[pos + 2 : pos + 4], "big")
+    return None
+
+
+def _kind(data: bytes) -> str:
+    if data[:3] == b"\xff\xd8\xff":
+        return "jpeg"
+    if data[:8] == b"\x89PNG\r\n\x1a\n":
+        return "png"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp"
+    if data[:4] in (b"GIF8",):
+        return "gif"
+    return "other"
+
+
+def _fail(where: str, why: str) -> SampleError:
+    return SampleError(f"{where}: {why}" if where else why)
+
+
+def _check_pixels(width: int, height: int, max_pixels: int, where: str) -> None:
+    if width <= 0 or height <= 0:
+        raise _fail(where, f"invalid image size {width}x{height}")
+    if width * height > max_pixels:
+        raise _fail(where, f"image too large: {width}x{height} pixels (limit {max_pixels})")
+
+
+def _pil_decode(data: bytes, max_pixels: int, where: str) -> torch.Tensor:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            img = Image.open(io.BytesIO(data))
+            _check_pixels(img.width, img.height, max_pixels, where)
+            img = img.convert("RGB")
+    except SampleError:
+        raise
+    except Exception as exc:
+        raise _fail(where, f"cannot decode image: {type(exc).__name__}: {exc}") from None
+    return (
+        torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8)
+        .view(img.height, img.width, 3)
+        .permute(2, 0, 1)
+    )
+
+
+def decode_rgb(
+    data: bytes, ext: str = "", *, max_pixels: int = MAX_PIXELS, where: str = ""
+) -> torch.Tensor:
+    """Decode image bytes to a uint8 RGB tensor [3,H,W]; the format comes from the bytes."""
+    if not data:
+        raise _fail(where, "empty image member")
+    kind = _kind(data)
+    try:
+        if kind == "jpeg":
+            size = jpeg_size(data)
+            if size is None:
+                raise _fail(where, "corrupt JPEG: no frame header")
+            _check_pixels(*size, max_pixels, where)
+            return decode_jpeg(torch.frombuffer(data, dtype=torch.uint8), mode=ImageReadMode.RGB)
+        if kind in ("png", "webp", "gif"):
+            with Image.open(io.BytesIO(data)) as probe:  # header only: dimensions
+                _check_pixels(probe.width, probe.height, max_pixels, where)
+            img = decode_image(torch.frombuffer(data, dtype=torch.uint8), mode=ImageReadMode.RGB)
+            return img[0] if img.ndim == 4 else img  # GIF: first frame
+    except SampleError:
+        raise
+    except Exception as exc:  # torchvision raises RuntimeError; PIL a zoo of errors
+        if kind == "jpeg":
+            raise _fail(where, f"cannot decode JPEG: {exc}") from None
+        return _pil_decode(data, max_pixels, where)
+    return _pil_decode(data, max_pixels, where)
+
+
+def random_resized_crop_params(
+    height: int,
+    width: int,
+    rng: random.Random,
+    scale: tuple[float, float] = (0.08, 1.0),
+    ratio: tuple[float, float] = (3 / 4, 4 / 3),
+) -> tuple[int, int, int, int]:
+    """(top, left, h, w): torchvision's RandomResizedCrop.get_params, driven by ``rng``."""
+    area = height * width
+    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
+    for _ in range(10):
+        target_area = area * rng.uniform(scale[0], scale[1])
+        aspect = math.exp(rng.uniform(log_ratio[0], log_ratio[1]))
+        w = round(math.sqrt(target_area * aspect))
+        h = round(math.sqrt(target_area / aspect))
+        if 0 < w <= width and 0 < h <= height:
+            top = rng.randint(0, height - h)
+            left = rng.randint(0, width - w)
+            return top, left, h, w
+    in_ratio = width / height
+    if in_ratio < min(ratio):
+        w = width
+        h = round(w / min(ratio))
+    elif in_ratio > max(ratio):
+        h = height
+        w = round(h * max(ratio))
+    else:
+        w, h = width, height
+    return (height - h) // 2, (width - w) // 2, h, w
+
+
+def _into(result: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    if out is None:
+        return result
+    out.copy_(result)
+    return out
+
+
+def train_augment(
+    img: torch.Tensor, size: int, rng: random.Random, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """RandomResizedCrop(size) (bilinear, antialiased) + horizontal flip (p=0.5), uint8."""
+    _, height, width = img.shape
+    top, left, h, w = random_resized_crop_params(height, width, rng)
+    crop = img[:, top : top + h, left : left + w]
+    resized = F.resize(crop, [size, size], antialias=True)
+    if rng.random() < 0.5:
+        resized = resized.flip(-1)
+    return _into(resized, out)
+
+
+def eval_augment(img: torch.Tensor, size: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Resize(shorter side = int(size / 0.875)) + CenterCrop(size): the classic eval transform."""
+    resized = F.resize(img, [int(size / 0.875)], antialias=True)
+    return _into(F.center_crop(resized, [size, size]), out)
+
+
+def normalize(
+    x: torch.Tensor,
+    mean: tuple[float, ...] = IMAGENET_MEAN,
+    std: tuple[float, ...] = IMAGENET_STD,
+    *,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """(x - 255*mean) / (255*std) for uint8 (or 0..255 float) images [..., 3, H, W], computed on
+    x's device: call it after the (non_blocking) copy of a uint8 batch to the GPU."""
+    shape = (3, 1, 1)
+    m = torch.tensor(mean, dtype=dtype, device=x.device).mul_(255).view(shape)
+    inv = torch.tensor(std, dtype=dtype, device=x.device).mul_(255).reciprocal_().view(shape)
+    return x.to(dtype).sub_(m).mul_(inv)

@@ -1,0 +1,230 @@
+"""Execute one worker's share of the epoch plan: read, buffer-shuffle, decode, batch.
+
+Each stage is a plain generator over an iterator (testable with a list):
+``read_slices`` -> ``buffer_shuffle`` (over compressed bytes) -> ``assemble_batches`` (decode
+and augment straight into a preallocated batch tensor). Batches are formed here, inside the
+DataLoader worker, so the DataLoader runs with ``batch_size=None``.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from loaders.decode import IMAGE_EXTENSIONS, decode_rgb, eval_augment, normalize, train_augment
+from loaders.plan import Slice, WorkerPlan
+from loaders.source import open_shard
+from loaders.tario import Sample, TarSampleReader
+from wdstool.errors import SampleError, ShardError, WdsToolError
+
+log = logging.getLogger(__name__)
+KEPT_EXTENSIONS = frozenset(IMAGE_EXTENSIONS | {"cls", "json", "txt"})
+_IMAGE_ORDER = ("jpg", "jpeg", "png", "webp", "bmp", "ppm", "pgm", "tif", "tiff", "gif")
+
+
+@dataclass(frozen=True, slots=True)
+class Located:
+    """A sample with where it came from (for error messages)."""
+
+    url: str
+    sample: Sample
+
+
+def _keep(ext: str) -> bool:
+    return ext in KEPT_EXTENSIONS
+
+
+def read_slices(
+    slices: Iterable[Slice], urls: tuple[str, ...], storage_options: dict[str, Any] | None = None
+) -> Iterator[Located]:
+    """Yield the samples of each slice, in order: skip ``start`` samples by headers alone, then
+    yield ``stop - start``. A shard with fewer samples than the manifest says is an error."""
+    for s in slices:
+        url = urls[s.shard]
+        with open_shard(url, storage_options) as f:
+            reader = TarSampleReader(f, url, keep=_keep)
+            if s.start:
+                reader.skip(s.start)
+            it = iter(reader)
+            for i in range(s.stop - s.start):
+                try:
+                    sample = next(it)
+                except StopIteration:
+                    raise ShardError(
+                        f"{url}: ends after {s.start + i} samples; the manifest promised at least "
+                        f"{s.stop} (re-pack, or run `wdstool verify`)"
+                    ) from None
+                yield Located(url, sample)
+
+
+def buffer_shuffle(
+    items: Iterable[Any], size: int, rng: random.Random, initial: int
+) -> Iterator[Any]:
+    """Shuffle a stream with a buffer of ``size`` items; start yielding at ``initial`` items.
+
+    While the buffer fills, two items are read per item yielded, so the buffer reaches ``size``
+    while the first batches already flow (time to first batch stays small).
+    """
+    if size <= 1:
+        yield from items
+        return
+    it = iter(items)
+    buf: list[Any] = []
+    initial = max(1, min(initial, size))
+    for item in it:
+        buf.append(item)
+        if len(buf) < size:
+            nxt = next(it, _END)
+            if nxt is not _END:
+                buf.append(nxt)
+        if len(buf) >= initial:
+            j = rng.randrange(len(buf))
+            buf[j], buf[-1] = buf[-1], buf[j]
+            yield buf.pop()
+    while buf:
+        j = rng.randrange(len(buf))
+        buf[j], buf[-1] = buf[-1], buf[j]
+        yield buf.pop()
+
+
+_END = object()
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecodeSpec:
+    image_size: int
+    train: bool
+    output: str  # "uint8" | "float"
+    transform: Callable[[torch.Tensor], torch.Tensor] | None = None
+    on_error: str = "raise"  # "raise" | "skip"
+
+
+def _image_part(loc: Located) -> tuple[bytes, str]:
+    parts = loc.sample.parts
+    for ext in _IMAGE_ORDER:
+        if ext in parts:
+            return parts[ext], ext
+    raise SampleError(f"{loc.url}: sample {loc.sample.key!r} has no image member")
+
+
+def _label(loc: Located) -> int:
+    raw = loc.sample.parts.get("cls")
+    if raw is None:
+        raise SampleError(f"{loc.url}: sample {loc.sample.key!r} has no .cls member")
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise SampleError(f"{loc.url}: sample {loc.sample.key!r}: bad label {raw[:20]!r}") from None
+
+
+def _new_batch(n: int, size: int, shared: bool) -> torch.Tensor:
+    """A uint8 [n,3,size,size] tensor, allocated in shared memory inside DataLoader workers so
+    that handing it to the main process costs no extra copy."""
+    numel = n * 3 * size * size
+    if shared:
+        try:
+            storage = torch.UntypedStorage._new_shared(numel)
+            return torch.empty(0, dtype=torch.uint8).set_(storage).view(n, 3, size, size)
+        except (AttributeError, RuntimeError):  # private API moved: fall back to a plain tensor
+            pass
+    return torch.empty((n, 3, size, size), dtype=torch.uint8)
+
+
+class BatchAssembler:
+    """Decode + augment samples into batches of a planned size; count replaced samples."""
+
+    def __init__(self, spec: DecodeSpec, rng: random.Random, shared: bool) -> None:
+        self.spec = spec
+        self.rng = rng
+        self.shared = shared
+        self.replaced = 0
+
+    def _decode(self, loc: Located) -> tuple[torch.Tensor, int]:
+        try:
+            data, ext = _image_part(loc)
+            label = _label(loc)
+            img = decode_rgb(data, ext, where=f"{loc.url}: sample {loc.sample.key!r}")
+            if self.spec.transform is not None:
+                return self.spec.transform(img), label
+            if self.spec.train:
+                return train_augment(img, self.spec.image_size, self.rng), label
+            return eval_augment(img, self.spec.image_size), label
+        except WdsToolError:
+            raise
+        except Exception as exc:  # a user transform or a decoder bug: name the sample
+            raise SampleError(
+                f"{loc.url}: sample {loc.sample.key!r}: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def decoded(self, samples: Iterable[Located]) -> Iterator[tuple[torch.Tensor, int, str]]:
+        """One (image, label, key) per input sample. Under on_error="skip" a bad sample is
+        replaced by the worker's last good one (or, before any, by the next good one), so the
+        number of outputs always equals the number of inputs."""
+        last_good: Located | None = None
+        pending = 0
+        for loc in samples:
+            try:
+                img, label = self._decode(loc)
+                last_good = loc
+            except SampleError as exc:
+                if self.spec.on_error != "skip":
+                    raise
+                log.warning("replacing a bad sample: %s", exc.message)
+                self.replaced += 1
+                if last_good is None:
+                    pending += 1
+                    continue
+                loc = last_good
+                img, label = self._decode(loc)
+            yield img, label, loc.sample.key
+            while pending:
+                pending -= 1
+                img, label = self._decode(loc)
+                yield img, label, loc.sample.key
+        if pending:
+            raise SampleError(f"all {pending} samples of this worker's share are bad")
+
+    def batches(
+        self, samples: Iterable[Located], plan: WorkerPlan, batch_size: int
+    ) -> Iterator[dict[str, Any]]:
+        """Yield ``plan.num_batches`` batch dicts; the last has ``plan.last_batch_size`` items."""
+        sizes = [batch_size] * plan.num_batches
+        if sizes:
+            sizes[-1] = plan.last_batch_size
+        it = self.decoded(samples)
+        for n in sizes:
+            before = self.replaced
+            pixels: torch.Tensor | None = None
+            if self.spec.transform is None:
+                pixels = _new_batch(n, self.spec.image_size, self.shared)
+            labels = torch.empty(n, dtype=torch.int64)
+            keys: list[str] = []
+            outputs: list[torch.Tensor] = []
+            for i in range(n):
+                got = next(it, None)
+                if got is None:
+                    raise ShardError(
+                        f"worker {plan.worker}: ran out of samples before its planned "
+                        f"{plan.num_samples}"
+                    )
+                img, label, key = got
+                if pixels is None:
+                    outputs.append(img)
+                else:
+                    pixels[i].copy_(img)
+                labels[i] = label
+                keys.append(key)
+            batch = torch.stack(outputs) if pixels is None else pixels
+            if self.spec.output == "float" and self.spec.transform is None:
+                batch = normalize(batch)
+            yield {
+                "pixel_values": batch,
+                "labels": labels,
+                "keys": keys,
+                "num_replaced": self.replaced - before,
+            }

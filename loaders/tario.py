@@ -1,0 +1,275 @@
+"""A minimal, fast and safe streaming tar reader that groups members into samples.
+
+Python's ``tarfile`` costs ~185 µs per member; parsing the 512-byte headers here costs a few.
+Only regular files become sample parts; links, devices, FIFOs and directories are skipped and
+never followed. Members whose extension the caller does not keep are skipped without being read
+into memory (seek, or read-and-discard on a stream), so e.g. a ``.pkl`` member is never even
+loaded. A malformed header, bad checksum, absurd size or truncation raises ShardError naming the
+URL and the byte offset. A clean EOF exactly at a block boundary after a complete member counts
+as the end of the archive (some writers omit the two zero blocks).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from wdstool.errors import ShardError
+
+log = logging.getLogger(__name__)
+BLOCK = 512
+_REGULAR = (b"0", b"\0", b"7")
+_NO_DATA = (b"1", b"2", b"3", b"4", b"6")
+_SKIP_CHUNK = 1 << 20
+
+
+@dataclass(slots=True)
+class Sample:
+    key: str
+    parts: dict[str, bytes]
+    offset: int
+
+
+@dataclass(slots=True)
+class _Member:
+    name: str
+    size: int
+    offset: int  # offset of the (first) header of this member
+    data_offset: int
+    regular: bool
+
+
+def _octal(field: bytes, url: str, offset: int) -> int:
+    if field and field[0] & 0x80:  # GNU base-256
+        value = int.from_bytes(field[1:], "big")
+        if field[0] & 0x40:
+            raise ShardError(f"{url}: negative size in tar header at offset {offset}")
+        return value
+    text = field.split(b"\0", 1)[0].strip()
+    if not text:
+        return 0
+    try:
+        return int(text, 8)
+    except ValueError:
+        raise ShardError(
+            f"{url}: malformed number {text[:12]!r} in tar header at offset {offset}"
+        ) from None
+
+
+def _checksum_ok(block: bytes) -> bool:
+    stored = block[148:156].split(b"\0", 1)[0].strip()
+    try:
+        want = int(stored, 8)
+    except ValueError:
+        return False
+    unsigned = sum(block[:148]) + 256 + sum(block[156:])
+    if unsigned == want:
+        return True
+    signed = unsigned - 2 * sum(b for b in block[:148] + block[156:] if b > 127)
+    return signed == want
+
+
+def _split_key(name: str) -> tuple[str, str] | None:
+    """("dir/abc", "jpg") for "dir/abc.JPG"; None for names without an extension."""
+    slash = name.rfind("/")
+    base = name[slash + 1 :]
+    dot = base.find(".")
+    if dot <= 0:
+        return None
+    return name[: slash + 1 + dot], base[dot + 1 :].lower()
+
+
+def _pax_records(data: bytes) -> dict[str, str]:
+    out: dict[str, str] = {}
+    pos = 0
+    while pos < len(data):
+        sp = data.find(b" ", pos)
+        if sp < 0:
+            break
+        try:
+            length = int(data[pos:sp])
+        except ValueError:
+            break
+        if length <= 0:
+            break
+        record = data[sp + 1 : pos + length - 1]
+        key, _, value = record.partition(b"=")
+        out[key.decode("utf-8", "surrogateescape")] = value.decode("utf-8", "surrogateescape")
+        pos += length
+    return out
+
+
+class TarSampleReader:
+    """Iterate the samples of one tar stream: consecutive members sharing a key form a sample."""
+
+    def __init__(
+        self,
+        fileobj: BinaryIO,
+        url: str,
+        *,
+        start_offset: int = 0,
+        max_member_size: int = 1 << 30,
+        keep: Callable[[str], bool] | None = None,
+    ) -> None:
+        self._f = fileobj
+        self.url = url
+        self._pos = start_offset  # absolute position of the next unread byte
+        self._max = max_member_size
+        self._keep = keep
+        self._seekable = bool(getattr(fileobj, "seekable", lambda: False)())
+        self._pending: _Member | None = None  # lookahead header (data not consumed yet)
+        self._done = False
+        self._offset = start_offset
+
+    @property
+    def offset(self) -> int:
+        """Absolute offset just past the last complete sample yielded or skipped."""
+        return self._offset
+
+    # --- low level -----------------------------------------------------------------------
+    def _read_exact(self, n: int, what: str, at: int) -> bytes:
+        data = self._f.read(n)
+        if len(data) != n:
+            chunks = [data]
+            got = len(data)
+            while got < n:
+                more = self._f.read(n - got)
+                if not more:
+                    raise ShardError(f"{self.url}: truncated {what} at offset {at}")
+                chunks.append(more)
+                got += len(more)
+            data = b"".join(chunks)
+        self._pos += n
+        return data
+
+    def _discard(self, n: int, at: int) -> None:
+        if n <= 0:
+            return
+        if self._seekable:
+            self._f.seek(n, 1)
+            self._pos += n
+            return
+        while n > 0:
+            chunk = self._f.read(min(n, _SKIP_CHUNK))
+            if not chunk:
+                raise ShardError(f"{self.url}: truncated member data at offset {at}")
+            n -= len(chunk)
+            self._pos += len(chunk)
+
+    def _next_member(self) -> _Member | None:
+        """Parse headers up to the next member (extensions resolved); None at end of archive."""
+        long_name: str | None = None
+        pax: dict[str, str] = {}
+        first: int | None = None
+        while True:
+            at = self._pos
+            block = self._f.read(BLOCK)
+            if len(block) < BLOCK:
+                if not block and long_name is None and not pax:
+                    return None  # clean EOF at a block boundary
+                raise ShardError(f"{self.url}: truncated tar header at offset {at}")
+            self._pos += BLOCK
+            if block.count(0) == BLOCK:
+                return None
+            if not _checksum_ok(block):
+                raise ShardError(f"{self.url}: bad tar header checksum at offset {at}")
+            first = at if first is None else first
+            size = _octal(block[124:136], self.url, at)
+            kind = block[156:157]
+            if kind in (b"x", b"g", b"L"):
+                if size > 1 << 20:
+                    raise ShardError(
+                        f"{self.url}: oversized extended header ({size} bytes) at offset {at}"
+                    )
+                data = self._read_exact(size, "extended header", at)
+                self._discard(-size % BLOCK, at)
+                if kind == b"L":
+                    long_name = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+                elif kind == b"x":
+                    pax.update(_pax_records(data))
+                continue
+            if "size" in pax:
+                try:
+                    size = int(pax["size"])
+                except ValueError:
+                    raise ShardError(f"{self.url}: bad pax size at offset {at}") from None
+            if size > self._max or size < 0:
+                raise ShardError(
+                    f"{self.url}: member at offset {at} declares {size} bytes (limit {self._max})"
+                )
+            if "path" in pax:
+                name = pax["path"]
+            elif long_name is not None:
+                name = long_name
+            else:
+                raw = block[0:100].split(b"\0", 1)[0]
+                if block[257:262] == b"ustar":
+                    prefix = block[345:500].split(b"\0", 1)[0]
+                    if prefix:
+                        raw = prefix + b"/" + raw
+                name = raw.decode("utf-8", "surrogateescape")
+            regular = kind in _REGULAR
+            if kind in _NO_DATA:
+                size = 0  # links, devices and FIFOs carry no data, whatever the header claims
+            return _Member(name, size, first, self._pos, regular)
+
+    # --- samples -------------------------------------------------------------------------
+    def _samples(self) -> Iterator[Sample]:
+        current: Sample | None = None
+        while True:
+            m = self._next_member()
+            if m is None:
+                break
+            split = _split_key(m.name) if m.regular else None
+            if split is None or m.name.rsplit("/", 1)[-1].startswith("."):
+                self._discard(m.size + (-m.size % BLOCK), m.offset)
+                continue
+            key, ext = split
+            if current is not None and key != current.key:
+                # yield before touching this member's data: skip() may change ``keep`` meanwhile
+                self._offset = m.offset
+                yield current
+                current = None
+            if current is None:
+                current = Sample(key, {}, m.offset)
+            if self._keep is None or self._keep(ext):
+                data = self._read_exact(m.size, "member data", m.offset)
+                self._discard(-m.size % BLOCK, m.offset)
+                if ext in current.parts:
+                    log.debug("%s: duplicate member %s.%s, keeping the last", self.url, key, ext)
+                current.parts[ext] = data
+            else:
+                self._discard(m.size + (-m.size % BLOCK), m.offset)
+        if current is not None:
+            self._offset = self._pos
+            yield current
+        self._done = True
+
+    def __iter__(self) -> Iterator[Sample]:
+        if not hasattr(self, "_gen"):
+            self._gen = self._samples()
+        return self._gen
+
+    def skip(self, n: int) -> None:
+        """Advance past ``n`` samples reading headers only (data of every member is skipped)."""
+        if n <= 0:
+            return
+        keep = self._keep
+        self._keep = lambda ext: False
+        try:
+            it = iter(self)
+            for i in range(n):
+                try:
+                    next(it)
+                except StopIteration:
+                    raise ShardError(f"{self.url}: has only {i} samples, cannot skip {n}") from None
+        finally:
+            self._keep = keep
+
+
+def count_samples(fileobj: BinaryIO, url: str) -> int:
+    """Number of samples in a shard, from a header-only scan."""
+    reader = TarSampleReader(fileobj, url, keep=lambda ext: False)
+    return sum(1 for _ in reader)

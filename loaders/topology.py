@@ -1,0 +1,64 @@
+"""Who am I in the job: rank and world size, detected once and validated loudly."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from wdstool.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Topology:
+    rank: int
+    world_size: int
+
+    def __post_init__(self) -> None:
+        if self.world_size < 1:
+            raise ConfigError(f"world_size must be >= 1, got {self.world_size}")
+        if not 0 <= self.rank < self.world_size:
+            raise ConfigError(f"rank {self.rank} is outside 0..{self.world_size - 1}")
+
+
+def _env_int(name: str) -> int | None:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"environment variable {name}={raw!r} is not an integer") from None
+
+
+def detect_topology(rank: int | None = None, world_size: int | None = None) -> Topology:
+    """Explicit arguments, else torch.distributed when initialised, else RANK/WORLD_SIZE, else 0/1.
+
+    Never silently rank 0 in a distributed job: a half-set or malformed environment is an error.
+    """
+    if (rank is None) != (world_size is None):
+        raise ConfigError("pass both rank and world_size, or neither (to detect them)")
+    if rank is not None and world_size is not None:
+        return Topology(rank, world_size)
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return Topology(dist.get_rank(), dist.get_world_size())
+    env_rank, env_world = _env_int("RANK"), _env_int("WORLD_SIZE")
+    if (env_rank is None) != (env_world is None):
+        raise ConfigError(
+            f"RANK={os.environ.get('RANK')!r} and WORLD_SIZE={os.environ.get('WORLD_SIZE')!r}: "
+            "set both (torchrun does) or neither"
+        )
+    if env_rank is not None and env_world is not None:
+        return Topology(env_rank, env_world)
+    return Topology(0, 1)
+
+
+def cores_per_rank() -> int:
+    """CPU cores this process may use, shared among the ranks on this node."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover
+        cores = os.cpu_count() or 1
+    local_world = _env_int("LOCAL_WORLD_SIZE") or 1
+    return max(1, cores // max(1, local_world))
