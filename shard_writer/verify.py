@@ -7,8 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 import fsspec
-from loaders.tario import TarSampleReader
 
+from loaders.tario import TarSampleReader
 from shard_writer.manifest import Manifest, load_manifest, manifest_url_for, resolve_shard_url
 from wdstool.errors import ShardError, WdsToolError
 
