@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m wdstool sample-data $(DEMO_DIR)/images --images $(DEMO_IMAGES) --classes 10 --seed 0
+	test -d $(DEMO_DIR)/images || $(PY) -m wdstool sample-data $(DEMO_DIR)/images --images $(DEMO_IMAGES) --classes 10 --seed 0
 	$(PY) -m wdstool pack $(DEMO_DIR)/images $(DEMO_DIR)/shards --max-count 250 --overwrite
 	$(PY) -m wdstool inspect $(DEMO_DIR)/shards
 	$(PY) -m wdstool verify $(DEMO_DIR)/shards

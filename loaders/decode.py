@@ -19,6 +19,7 @@ from PIL import Image
 from torchvision.io import ImageReadMode, decode_image, decode_jpeg
 from torchvision.transforms.v2 import functional as F
 
+from shard_writer.image import jpeg_size
 from wdstool.errors import SampleError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -32,30 +33,6 @@ MAX_PIXELS = 89_478_485
 warnings.filterwarnings("ignore", message=r"The image decoding and encoding capabilities")
 # decode only reads the bytes: torch.frombuffer over immutable bytes is safe here
 warnings.filterwarnings("ignore", message=r"The given buffer is not writable")
-_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
-
-
-def jpeg_size(data: bytes) -> tuple[int, int] | None:
-    """(width, height) from a JPEG's SOF marker, walking segments by length; None if absent."""
-    pos, n = 2, len(data)
-    while pos + 4 <= n:
-        if data[pos] != 0xFF:
-            return None
-        marker = data[pos + 1]
-        if marker == 0xFF:
-            pos += 1
-            continue
-        if marker in (0x01, *range(0xD0, 0xD8)):
-            pos += 2
-            continue
-        if marker in (0xD9, 0xDA):
-            return None
-        if marker in _SOF and pos + 9 <= n:
-            height = int.from_bytes(data[pos + 5 : pos + 7], "big")
-            width = int.from_bytes(data[pos + 7 : pos + 9], "big")
-            return width, height
-        pos += 2 + int.from_bytes(data[pos + 2 : pos + 4], "big")
-    return None
 
 
 def _kind(data: bytes) -> str:

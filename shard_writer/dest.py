@@ -130,6 +130,24 @@ class Destination:
         with self.fs.open(self.path(name), "wb") as f:
             f.write(data)
 
+    def sync(self, names: list[str]) -> None:
+        """Make published files durable (local only; an object store's PUT already is). Done
+        once for all shards before the manifest is written: the kernel has written most of them
+        back by then, and a manifest never names data that a power loss could still take."""
+        if not self.local:
+            return
+        for name in names:
+            fd = os.open(os.path.join(self.root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fd = os.open(self.root, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
     def remove(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.fs.rm(self.path(name), recursive=True)

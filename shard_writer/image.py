@@ -61,6 +61,46 @@ def jpeg_scan_offset(data: bytes) -> int:
     return 2
 
 
+_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+
+
+def jpeg_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) from a JPEG's frame header, walking segments by length; None if the
+    segment structure is broken before a frame header is found."""
+    pos, n = 2, len(data)
+    while pos + 4 <= n:
+        if data[pos] != 0xFF:
+            return None
+        marker = data[pos + 1]
+        if marker == 0xFF:
+            pos += 1
+            continue
+        if marker in (0x01, *range(0xD0, 0xD8)):
+            pos += 2
+            continue
+        if marker in (0xD9, 0xDA):
+            return None
+        if marker in _SOF and pos + 9 <= n:
+            height = int.from_bytes(data[pos + 5 : pos + 7], "big")
+            width = int.from_bytes(data[pos + 7 : pos + 9], "big")
+            return width, height
+        pos += 2 + int.from_bytes(data[pos + 2 : pos + 4], "big")
+    return None
+
+
+def _fast_header(data: bytes) -> tuple[str, int, int] | None:
+    """(format, width, height) for well-formed JPEG and PNG headers without PIL (~50x faster);
+    None sends the bytes to PIL, which gives the precise error for anything unusual."""
+    if data[:3] == b"\xff\xd8\xff":
+        size = jpeg_size(data)
+        if size is not None and size[0] > 0 and size[1] > 0:
+            return "JPEG", size[0], size[1]
+        return None
+    if data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR" and len(data) >= 33:
+        return "PNG", int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    return None
+
+
 def _check_end(data: bytes, fmt: str) -> None:
     if fmt in ("JPEG", "MPO") and data.rfind(b"\xff\xd9", jpeg_scan_offset(data)) == -1:
         raise BadImage("truncated JPEG: no end-of-image marker")
@@ -78,6 +118,17 @@ def prepare_image(
     """Validate ``data`` and return the bytes to store; raise BadImage with the reason."""
     if not data:
         raise BadImage("empty file")
+    fast = (
+        None
+        if (verify_decode or max_side is not None or quality is not None)
+        else _fast_header(data)
+    )
+    if fast is not None:
+        fmt, width, height = fast
+        if width * height > MAX_PIXELS:
+            raise BadImage(f"image too large: {width}x{height} pixels (limit {MAX_PIXELS})")
+        _check_end(data, fmt)
+        return PreparedImage(data, FORMAT_EXT[fmt], width, height, fmt)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)

@@ -62,6 +62,7 @@ class PackOptions:
     max_side: int | None = None
     quality: int | None = None
     overwrite: bool = False
+    sync: bool = True  # fsync shards before index.json (durability; not part of the output)
 
     def __post_init__(self) -> None:
         if not _PREFIX_RE.match(self.prefix) or "/" in self.prefix:
@@ -240,36 +241,30 @@ def _run_task(task: ShardTask) -> ShardOutcome:
     return outcome
 
 
-def _execute(tasks: list[ShardTask], workers: int, progress: ProgressFn) -> list[ShardOutcome]:
-    if workers == 1 or len(tasks) <= 1:
+def _execute(
+    tasks: list[ShardTask], pool: ProcessPoolExecutor | None, q: Any, progress: ProgressFn
+) -> list[ShardOutcome]:
+    """Write the shards, inline or in the pool; progress comes through ``q`` from workers."""
+    if pool is None or len(tasks) <= 1:
         outcomes = []
         for task in tasks:
             outcomes.append(write_shard(task, lambda n: progress(1, n, 0)))
             progress(0, 0, 1)
         return outcomes
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
     outcomes = []
-    with ProcessPoolExecutor(
-        max_workers=min(workers, len(tasks)),
-        mp_context=ctx,
-        initializer=_init_worker,
-        initargs=(q,),
-    ) as pool:
-        futures: set[Future[ShardOutcome]] = {pool.submit(_run_task, t) for t in tasks}
-        try:
-            while futures:
-                done, futures = wait(futures, timeout=0.2, return_when=FIRST_COMPLETED)
-                _drain(q, progress)
-                for fut in done:
-                    outcomes.append(fut.result())
-                    progress(0, 0, 1)
-        except BaseException:
-            for fut in futures:
-                fut.cancel()
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
-        _drain(q, progress)
+    futures: set[Future[ShardOutcome]] = {pool.submit(_run_task, t) for t in tasks}
+    try:
+        while futures:
+            done, futures = wait(futures, timeout=0.2, return_when=FIRST_COMPLETED)
+            _drain(q, progress)
+            for fut in done:
+                outcomes.append(fut.result())
+                progress(0, 0, 1)
+    except BaseException:
+        for fut in futures:
+            fut.cancel()
+        raise
+    _drain(q, progress)
     return outcomes
 
 
@@ -297,9 +292,36 @@ def pack(
     ``progress(samples, source bytes, shards)`` reports increments within it. Raises WdsToolError subclasses with one-line messages.
     """
     options = options or PackOptions()
+    workers = options.workers or usable_cores()
+    if workers == 1:
+        return _pack(src, dest_url, options, 1, None, None, storage_options, progress, on_total)
+    ctx = mp.get_context("spawn")  # never fork a process that may hold threads (tqdm, s3fs)
+    q = ctx.Queue()
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(q,)
+    ) as pool:
+        try:
+            return _pack(
+                src, dest_url, options, workers, pool, q, storage_options, progress, on_total
+            )
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+
+
+def _pack(
+    src: str,
+    dest_url: str,
+    options: PackOptions,
+    workers: int,
+    pool: ProcessPoolExecutor | None,
+    q: Any,
+    storage_options: dict[str, Any] | None,
+    progress: ProgressFn | None,
+    on_total: Callable[[int, int, str], None] | None,
+) -> PackSummary:
     progress = progress or (lambda *_: None)
     started = time.perf_counter()
-    workers = options.workers or usable_cores()
     scan = scan_imagefolder(src)
     if options.on_error is OnError.FAIL and scan.problems:
         p = scan.problems[0]
@@ -313,8 +335,8 @@ def pack(
         scan,
         options.encode,
         fail=options.on_error is OnError.FAIL,
-        workers=workers,
         progress=lambda n: progress(n, 0, 0),
+        pool=pool,
     )
     skipped = [*scan.problems, *skipped]
     if not files:
@@ -351,7 +373,7 @@ def pack(
         )
         for spec in todo
     ]
-    for outcome in _execute(tasks, workers, progress):
+    for outcome in _execute(tasks, pool, q, progress):
         done[outcome.name] = outcome
 
     outcomes = [done[s.name] for s in specs]
@@ -365,6 +387,8 @@ def pack(
         options=options.recorded(),
         skipped=[s.to_json() for s in skipped],
     )
+    if options.sync:
+        dest.sync([o.name for o in outcomes])
     dest.write_bytes(MANIFEST_NAME, manifest.dumps())
     dest.remove(STATE_DIR)
     return PackSummary(

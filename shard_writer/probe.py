@@ -10,10 +10,9 @@ up emptier than the layout planned.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
-from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Iterable
+from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from shard_writer.image import BadImage, PreparedImage, prepare_image
@@ -116,27 +115,25 @@ def probe_files(
     encode: EncodeOptions,
     *,
     fail: bool,
-    workers: int,
     progress: Callable[[int], None] | None = None,
+    pool: Executor | None = None,
 ) -> tuple[list[SourceFile], list[ImageInfo], list[Skipped]]:
-    """Return (good files, their infos, skipped inputs), good files in scan order."""
+    """Return (good files, their infos, skipped inputs), good files in scan order; probing
+    runs in ``pool`` when given (chunks of files), else inline."""
     files = list(scan.files)
     chunks = [files[i : i + _CHUNK] for i in range(0, len(files), _CHUNK)]
     results: list[ImageInfo | str] = []
-    if workers == 1 or len(chunks) <= 1:
-        for chunk in chunks:
-            results.extend(_probe_chunk(scan.root, chunk, encode))
-            if progress:
-                progress(len(chunk))
+    if pool is None or len(chunks) <= 1:
+        parts: Iterable[list[ImageInfo | str]] = (
+            _probe_chunk(scan.root, chunk, encode) for chunk in chunks
+        )
     else:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
-            n = len(chunks)
-            for chunk, part in zip(
-                chunks, pool.map(_probe_chunk, [scan.root] * n, chunks, [encode] * n), strict=True
-            ):
-                results.extend(part)
-                if progress:
-                    progress(len(chunk))
+        n = len(chunks)
+        parts = pool.map(_probe_chunk, [scan.root] * n, chunks, [encode] * n)
+    for chunk, part in zip(chunks, parts, strict=True):
+        results.extend(part)
+        if progress:
+            progress(len(chunk))
     good, infos, skipped = [], [], []
     for f, res in zip(files, results, strict=True):
         if isinstance(res, ImageInfo):

@@ -11,10 +11,12 @@ import contextlib
 import hashlib
 import json
 import os
+import queue
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, BinaryIO
 
 from shard_writer.dest import STATE_DIR, Destination
 from shard_writer.image import BadImage
@@ -72,6 +74,53 @@ def marker_name(shard: str) -> str:
     return f"{STATE_DIR}/{shard}.json"
 
 
+class _BackgroundWriter:
+    """Writes and hashes in a thread (both release the GIL), in blocks of ``block`` bytes, so
+    reading the next source files overlaps with writing and hashing the previous ones."""
+
+    def __init__(self, out: BinaryIO, block: int = 4 << 20) -> None:
+        self._out = out
+        self._block = block
+        self._parts: list[bytes] = []
+        self._pending = 0
+        self.digest = hashlib.sha256()
+        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=4)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="shard-writer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (block := self._queue.get()) is not None:
+            if self._error is None:
+                try:
+                    self._out.write(block)
+                    self.digest.update(block)
+                except BaseException as exc:  # re-raised in the producer by close()
+                    self._error = exc
+
+    def write(self, chunk: bytes) -> None:
+        self._parts.append(chunk)
+        self._pending += len(chunk)
+        if self._pending >= self._block:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._parts:
+            self._queue.put(b"".join(self._parts))
+            self._parts, self._pending = [], 0
+        if self._error is not None:
+            raise self._error
+
+    def close(self) -> None:
+        try:
+            self._flush()
+        finally:
+            self._queue.put(None)
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+
 def write_shard(task: ShardTask, on_sample: Callable[[int], None] | None = None) -> ShardOutcome:
     """Write ``task.spec`` to its destination; return what was written.
 
@@ -80,14 +129,11 @@ def write_shard(task: ShardTask, on_sample: Callable[[int], None] | None = None)
     dest = Destination(task.dest_url, task.storage_options)
     spec = task.spec
     tmp = dest.temp_path(spec.name)
-    digest = hashlib.sha256()
     nsamples = filesize = source_bytes = 0
     try:
-        with open(tmp, "wb", buffering=1 << 20) as out:
-
-            def write(chunk: bytes) -> None:
-                out.write(chunk)
-                digest.update(chunk)
+        with open(tmp, "wb", buffering=0) as out:
+            sink = _BackgroundWriter(out)
+            write = sink.write
 
             for f, info, key in zip(spec.samples, spec.infos, spec.keys, strict=True):
                 try:
@@ -115,9 +161,8 @@ def write_shard(task: ShardTask, on_sample: Callable[[int], None] | None = None)
                     on_sample(nread)
             write(END)
             filesize += len(END)
-            out.flush()
-            if dest.local:
-                os.fsync(out.fileno())
+            sink.close()
+        # no fsync here: pack syncs every shard once, just before index.json is written
         dest.publish(tmp, spec.name)
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -126,7 +171,7 @@ def write_shard(task: ShardTask, on_sample: Callable[[int], None] | None = None)
         name=spec.name,
         nsamples=nsamples,
         filesize=filesize,
-        sha256=digest.hexdigest(),
+        sha256=sink.digest.hexdigest(),
         source_bytes=source_bytes,
     )
     dest.write_bytes(marker_name(spec.name), json.dumps(outcome.to_json()).encode("ascii"))

@@ -175,6 +175,13 @@ def sample_data_cmd(
     help="Finish an interrupted pack (also what a plain rerun does): complete shards "
     "are kept after checking their size and sha256.",
 )
+@click.option(
+    "--sync/--no-sync",
+    default=True,
+    show_default=True,
+    help="fsync every shard before index.json is written. --no-sync is faster on slow disks, "
+    "but a power loss right after the pack can leave a manifest naming unflushed data.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no human summary.")
 def pack_cmd(
@@ -192,6 +199,7 @@ def pack_cmd(
     verify_decode: bool,
     overwrite: bool,
     resume: bool,
+    sync: bool,
     as_json: bool,
     quiet: bool,
 ) -> None:
@@ -219,6 +227,7 @@ def pack_cmd(
         max_side=max_side,
         quality=quality,
         overwrite=overwrite,
+        sync=sync,
     )
     bar = tqdm(
         total=0,

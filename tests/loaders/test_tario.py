@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import tarfile
 from pathlib import Path
 
@@ -132,7 +133,8 @@ def test_unkept_members_are_never_read() -> None:
 @pytest.mark.parametrize("cut", ["header", "data", "boundary-no-end"])
 def test_truncation(cut: str) -> None:
     data = build_tar(simple(3))
-    members = list(tarfile.open(fileobj=io.BytesIO(data)))
+    with tarfile.open(fileobj=io.BytesIO(data)) as tf:
+        members = list(tf)
     second = members[3]  # s001.jpg
     if cut == "header":
         data = data[: second.offset + 100]
@@ -174,7 +176,7 @@ def test_skip_then_iterate_and_offsets() -> None:
     offsets = []
     for s in r:
         offsets.append((s.offset, r.offset))
-    for (_, after), (start_next, _) in zip(offsets, offsets[1:], strict=False):
+    for (_, after), (start_next, _) in itertools.pairwise(offsets):
         assert after == start_next
     with pytest.raises(ShardError, match="only 7 samples"):
         TarSampleReader(io.BytesIO(data), "x").skip(8)

@@ -52,7 +52,7 @@ def test_bad_arguments_and_foreign_destination(tmp_path: Path) -> None:
         generate_sample_data(tmp_path / "x", images=3, classes=4)
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "notes.txt").write_text("mine")
-    with pytest.raises(DestinationError, match="notes.txt"):
+    with pytest.raises(DestinationError, match=r"notes\.txt"):
         generate_sample_data(tmp_path / "busy", images=2, classes=1)
 
 
