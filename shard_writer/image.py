@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from PIL import Image, UnidentifiedImageError
@@ -41,50 +42,42 @@ class PreparedImage:
     fmt: str
 
 
-def jpeg_scan_offset(data: bytes) -> int:
-    """Offset of the main image's first SOS marker, walking segments by their lengths (so the
-    EOI of an EXIF thumbnail inside APP1 is never mistaken for the image's own); 2 if unknown."""
-    pos = 2
-    while pos + 4 <= len(data):
+def _jpeg_segments(data: bytes) -> Iterator[tuple[int, int]]:
+    """(marker, offset) of each JPEG segment up to the first scan (SOS), walking by length so
+    that nothing inside a segment (an EXIF thumbnail and its markers) is mistaken for one.
+    Stops early where the structure is broken."""
+    pos, n = 2, len(data)
+    while pos + 4 <= n:
         if data[pos] != 0xFF:
-            return 2
+            return
         marker = data[pos + 1]
         if marker == 0xFF:  # fill byte
             pos += 1
             continue
-        if marker == 0xDA:
-            return pos
+        yield marker, pos
+        if marker in (0xD9, 0xDA):
+            return
         if marker in (0x01, *range(0xD0, 0xD8)):
             pos += 2
             continue
         pos += 2 + int.from_bytes(data[pos + 2 : pos + 4], "big")
-    return 2
+
+
+def jpeg_scan_offset(data: bytes) -> int:
+    """Offset of the main image's first SOS marker (2 if not found)."""
+    return next((pos for marker, pos in _jpeg_segments(data) if marker == 0xDA), 2)
 
 
 _SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 
 
 def jpeg_size(data: bytes) -> tuple[int, int] | None:
-    """(width, height) from a JPEG's frame header, walking segments by length; None if the
-    segment structure is broken before a frame header is found."""
-    pos, n = 2, len(data)
-    while pos + 4 <= n:
-        if data[pos] != 0xFF:
-            return None
-        marker = data[pos + 1]
-        if marker == 0xFF:
-            pos += 1
-            continue
-        if marker in (0x01, *range(0xD0, 0xD8)):
-            pos += 2
-            continue
-        if marker in (0xD9, 0xDA):
-            return None
-        if marker in _SOF and pos + 9 <= n:
+    """(width, height) from a JPEG's frame header; None if no frame header precedes the scan."""
+    for marker, pos in _jpeg_segments(data):
+        if marker in _SOF and pos + 9 <= len(data):
             height = int.from_bytes(data[pos + 5 : pos + 7], "big")
             width = int.from_bytes(data[pos + 7 : pos + 9], "big")
             return width, height
-        pos += 2 + int.from_bytes(data[pos + 2 : pos + 4], "big")
     return None
 
 
