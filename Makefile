@@ -13,6 +13,10 @@ DEMO_DIR ?= build/demo
 DEMO_IMAGES ?= 2000
 
 .PHONY: venv demo test lint format bench clean
+BENCH_DATA ?= bench/data
+BENCH_IMAGES ?= 10000
+BENCH_WORKERS ?= 1,2
+BENCH_REPEATS ?= 3
 
 venv: $(STAMP)
 
@@ -30,6 +34,18 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# 10,000 sample images, generated and packed once (bench/data/ is git-ignored), then one full
+# epoch per run: the loader against ImageFolder+PIL and upstream webdataset, interleaved and
+# repeated, plus the decode+augment ceiling; results land in bench/results/.
+bench: $(STAMP)
+	test -d $(BENCH_DATA)/images || $(PY) -m wdstool sample-data $(BENCH_DATA)/images --images $(BENCH_IMAGES) --classes 100 --seed 0
+	test -f $(BENCH_DATA)/shards/index.json || $(PY) -m wdstool pack $(BENCH_DATA)/images $(BENCH_DATA)/shards --max-count 1000
+	mkdir -p bench/results
+	$(PY) -m wdstool stream-bench $(BENCH_DATA)/shards --workers $(BENCH_WORKERS) --batch-size 64 \
+		--repeats $(BENCH_REPEATS) --compare imagefolder=$(BENCH_DATA)/images --compare webdataset \
+		--ceiling --json bench/results/stream-bench.json --plot bench/results/stream-bench.png \
+		| tee bench/results/stream-bench.txt
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

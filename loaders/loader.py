@@ -167,6 +167,7 @@ class StreamingLoader:
         self.dataloader = dataloader
         self.num_replaced = 0
         self.batches_delivered = 0
+        self.bytes_read = 0  # compressed bytes of the samples delivered (all epochs)
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -190,8 +191,8 @@ class StreamingLoader:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         self.batches_delivered = 0
         for batch in self.dataloader:
-            n = batch.pop("num_replaced", 0)
-            self.num_replaced += int(n)
+            self.num_replaced += int(batch.pop("num_replaced", 0))
+            self.bytes_read += int(batch.pop("num_bytes", 0))
             self.batches_delivered += 1
             yield batch
         if self.batches_delivered != len(self):

@@ -143,6 +143,7 @@ class BatchAssembler:
         self.rng = rng
         self.shared = shared
         self.replaced = 0
+        self.bytes_read = 0
 
     def _decode(self, loc: Located) -> tuple[torch.Tensor, int]:
         try:
@@ -168,6 +169,7 @@ class BatchAssembler:
         last_good: Located | None = None
         pending = 0
         for loc in samples:
+            self.bytes_read += sum(len(v) for v in loc.sample.parts.values())
             try:
                 img, label = self._decode(loc)
                 last_good = loc
@@ -198,7 +200,7 @@ class BatchAssembler:
             sizes[-1] = plan.last_batch_size
         it = self.decoded(samples)
         for n in sizes:
-            before = self.replaced
+            before, bytes_before = self.replaced, self.bytes_read
             pixels: torch.Tensor | None = None
             if self.spec.transform is None:
                 pixels = _new_batch(n, self.spec.image_size, self.shared)
@@ -227,4 +229,5 @@ class BatchAssembler:
                 "labels": labels,
                 "keys": keys,
                 "num_replaced": self.replaced - before,
+                "num_bytes": self.bytes_read - bytes_before,
             }

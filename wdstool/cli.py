@@ -368,6 +368,242 @@ def verify_cmd(source: str, decode: bool, as_json: bool, quiet: bool) -> None:
         )
 
 
+class WorkerList(click.ParamType):
+    """'2' or '0,1,2,4': the worker counts to sweep."""
+
+    name = "list"
+
+    def convert(self, value, param, ctx):  # type: ignore[override]
+        if isinstance(value, tuple):
+            return value
+        try:
+            counts = tuple(int(v) for v in str(value).split(",") if v.strip())
+        except ValueError:
+            self.fail(f"{value!r} is not a comma-separated list of integers", param, ctx)
+        if not counts or min(counts) < 0:
+            self.fail(f"{value!r}: worker counts must be >= 0", param, ctx)
+        return counts
+
+
+def _render_bench(report: dict) -> None:
+    click.echo(
+        f"{'pipeline':<12} {'workers':>7} {'samples/s':>10} {'MB/s':>7} {'1st batch':>9} "
+        f"{'wait p50':>9} {'wait p99':>9} {'idle %':>7} {'efficiency':>10}"
+    )
+    for row in report["summary"]:
+        eff = f"{row['efficiency']:.2f}" if "efficiency" in row else "-"
+        click.echo(
+            f"{row['pipeline']:<12} {row['workers']:>7} {row['samples_per_s']:>10.0f} "
+            f"{row['mb_per_s']:>7.1f} {row['time_to_first_batch']:>8.2f}s "
+            f"{row['wait_p50_ms']:>7.1f}ms {row['wait_p99_ms']:>7.1f}ms {row['idle_pct']:>7.1f} "
+            f"{eff:>10}"
+        )
+    for name, r in report["ratios"].items():
+        click.echo(
+            f"ratio {name}: median {r['median']:.2f} (range {r['min']:.2f}-{r['max']:.2f}, "
+            f"{r['pairs']} pairs)"
+        )
+    for w, c in report["ceiling"].items():
+        click.echo(
+            f"ceiling ({w} process{'es' if w != '1' else ''}, decode+augment, no loader): "
+            f"{c['samples_per_s']:.0f} samples/s"
+        )
+    rec = report.get("recommendation") or {}
+    if rec:
+        click.echo(
+            f"recommendation: num_workers={rec['num_workers']}, "
+            f"prefetch_factor={rec['prefetch_factor']}. {rec['why']}"
+        )
+    if report.get("interrupted"):
+        click.echo("(interrupted: figures above cover the runs finished so far)")
+
+
+def _plot_bench(report: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for name in ("wdstool", "webdataset", "imagefolder"):
+        rows = [r for r in report["summary"] if r["pipeline"] == name]
+        if rows:
+            ax1.plot(
+                [r["workers"] for r in rows], [r["samples_per_s"] for r in rows], "o-", label=name
+            )
+    if report["ceiling"]:
+        ws = sorted(int(w) for w in report["ceiling"])
+        ax1.plot(
+            ws,
+            [report["ceiling"][str(w)]["samples_per_s"] for w in ws],
+            "k--",
+            label="ceiling (decode+augment)",
+        )
+    ax1.xaxis.get_major_locator().set_params(integer=True)
+    ax1.set_xlabel("DataLoader workers")
+    ax1.set_ylabel("samples/s")
+    ax1.set_title("throughput")
+    ax1.legend()
+    ours = [r for r in report["runs"] if r["name"] == "wdstool" and r["waits"]]
+    if ours:
+        best = max(ours, key=lambda r: r["samples_per_s"])
+        ax2.hist(best["waits"], bins=40)
+        ax2.set_title(f"wdstool wait per batch ({best['workers']} workers)")
+        ax2.set_xlabel("ms")
+        ax2.set_ylabel("batches")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+@cli.command("stream-bench")
+@click.argument("source", type=str)
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option(
+    "--workers",
+    type=WorkerList(),
+    default="2",
+    show_default=True,
+    help="DataLoader workers; a list (0,1,2,4) runs a sweep.",
+)
+@click.option("--prefetch-factor", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--image-size", type=click.IntRange(min=8), default=224, show_default=True)
+@click.option("--output", type=click.Choice(["uint8", "float"]), default="uint8", show_default=True)
+@click.option(
+    "--batches",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Batches per run [default: whole epochs].",
+)
+@click.option("--epochs", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--warmup",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Batches after the first one that are not timed.",
+)
+@click.option(
+    "--world-size",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Measure one rank's share of a job of this size.",
+)
+@click.option("--rank", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option(
+    "--step-ms",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Simulate a training step of this many ms per batch (a sleep) and report "
+    "the share of time it waited for data (GPU idle %).",
+)
+@click.option(
+    "--compare",
+    multiple=True,
+    metavar="imagefolder=PATH|webdataset",
+    help="Baselines run interleaved with the loader: torchvision ImageFolder + PIL on "
+    "the source images, or a plain upstream webdataset pipeline on the same shards.",
+)
+@click.option(
+    "--ceiling",
+    "with_ceiling",
+    is_flag=True,
+    help="Also measure decode + augmentation alone in as many processes as workers.",
+)
+@click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--endpoint-url", default=None, help="S3-compatible endpoint for s3:// sources.")
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write every figure and the configuration here.",
+)
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write a PNG: throughput vs workers and the wait-time histogram.",
+)
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def stream_bench_cmd(
+    source: str,
+    batch_size: int,
+    workers: tuple[int, ...],
+    prefetch_factor: int,
+    image_size: int,
+    output: str,
+    batches: int | None,
+    epochs: int,
+    warmup: int,
+    world_size: int,
+    rank: int,
+    step_ms: float,
+    compare: tuple[str, ...],
+    with_ceiling: bool,
+    repeats: int,
+    endpoint_url: str | None,
+    json_path: str | None,
+    plot_path: str | None,
+    quiet: bool,
+) -> None:
+    """Measure how fast the loader delivers batches from SOURCE, as a training loop feels it.
+
+    Reports samples/s, MB/s (compressed), time to first batch, per-batch wait percentiles and
+    spikes, idle share under a simulated step, CPU use and peak RSS, against baselines and the
+    machine's decode+augment ceiling. Runs are interleaved and repeated; ratios are pairwise.
+    """
+    from tqdm import tqdm
+
+    from loaders.stream_bench import BenchConfig, run_stream_bench
+    from wdstool.errors import ConfigError
+
+    imagefolder, webdataset = None, False
+    for item in compare:
+        if item == "webdataset":
+            webdataset = True
+        elif item.startswith("imagefolder="):
+            imagefolder = item.split("=", 1)[1]
+        else:
+            raise ConfigError(f"--compare {item!r}: use imagefolder=PATH or webdataset")
+    cfg = BenchConfig(
+        source=source,
+        batch_size=batch_size,
+        workers=workers,
+        prefetch_factor=prefetch_factor,
+        image_size=image_size,
+        output=output,
+        batches=batches,
+        epochs=epochs,
+        warmup=warmup,
+        world_size=world_size,
+        rank=rank,
+        step_ms=step_ms,
+        imagefolder=imagefolder,
+        webdataset=webdataset,
+        with_ceiling=with_ceiling,
+        repeats=repeats,
+        storage_options={"endpoint_url": endpoint_url} if endpoint_url else None,
+    )
+    bar = tqdm(unit="batch", disable=not _progress_enabled(quiet), file=sys.stderr, desc="bench")
+
+    def on_run(r) -> None:
+        bar.set_postfix_str(f"last: {r.name} w={r.workers} {r.samples_per_s:.0f}/s", refresh=False)
+
+    try:
+        report = run_stream_bench(cfg, on_batch=bar.update, on_run=on_run)
+    finally:
+        bar.close()
+    _render_bench(report)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(report, f, indent=1)
+    if plot_path:
+        _plot_bench(report, plot_path)
+
+
 def main() -> None:
     cli(prog_name="wdstool")
 

@@ -1,0 +1,140 @@
+"""What stream-bench compares the loader with, on the same data and the same augmentation.
+
+- ``imagefolder``: torchvision ``ImageFolder`` + ``DataLoader(shuffle=True)``, PIL decode and the
+  classic transforms (RandomResizedCrop, flip, ToTensor, Normalize): what most training scripts do.
+- ``webdataset``: a plain upstream pipeline on the same shards
+  (``WebDataset(..., nodesplitter=split_by_node).shuffle().decode("pil")...batched()`` + ``WebLoader``).
+- ``ceiling``: the same decode + augmentation as the loader over the same samples, in as many
+  processes as workers, with no loader, no IPC and no batching: what this machine can do.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import random
+import time
+from typing import Any
+
+import torch
+
+from loaders.source import DatasetIndex, open_shard
+from loaders.tario import TarSampleReader
+
+
+def imagefolder_loader(
+    root: str,
+    *,
+    workers: int,
+    batch_size: int,
+    image_size: int,
+    prefetch_factor: int,
+    pin_memory: bool = False,
+) -> torch.utils.data.DataLoader:
+    from torchvision import datasets, transforms
+
+    tf = transforms.Compose(
+        [
+            transforms.RandomResizedCrop(image_size),
+            transforms.RandomHorizontalFlip(),
+            transforms.ToTensor(),
+            transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+        ]
+    )
+    ds = datasets.ImageFolder(root, transform=tf)
+    kwargs: dict[str, Any] = {"prefetch_factor": prefetch_factor} if workers else {}
+    return torch.utils.data.DataLoader(
+        ds,
+        batch_size=batch_size,
+        shuffle=True,
+        num_workers=workers,
+        pin_memory=pin_memory,
+        **kwargs,
+    )
+
+
+def webdataset_loader(
+    urls: list[str],
+    *,
+    workers: int,
+    batch_size: int,
+    image_size: int,
+    prefetch_factor: int,
+    shuffle_buffer: int = 1000,
+) -> Any:
+    import webdataset as wds
+    from torchvision import transforms
+
+    tf = transforms.Compose(
+        [
+            transforms.RandomResizedCrop(image_size),
+            transforms.RandomHorizontalFlip(),
+            transforms.ToTensor(),
+            transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+        ]
+    )
+    ds = (
+        wds.WebDataset(
+            urls, nodesplitter=wds.split_by_node, shardshuffle=len(urls), empty_check=False
+        )
+        .shuffle(shuffle_buffer)
+        .decode("pil")
+        .to_tuple("jpg;png;jpeg;webp", "cls", "__key__")
+        .map_tuple(tf, int, str)
+        .batched(batch_size, partial=True)
+    )
+    kwargs: dict[str, Any] = {"prefetch_factor": prefetch_factor} if workers else {}
+    return wds.WebLoader(ds, batch_size=None, num_workers=workers, **kwargs)
+
+
+def _ceiling_worker(args: tuple[list[bytes], int, bool, int, Any]) -> tuple[int, float]:
+    images, size, as_float, seed, barrier = args
+    from loaders.decode import decode_rgb, normalize, train_augment
+
+    torch.set_num_threads(1)  # as in a DataLoader worker: one thread per process
+    rng = random.Random(seed)
+    barrier.wait()
+    t = time.perf_counter()
+    for data in images:
+        out = train_augment(decode_rgb(data), size, rng)
+        if as_float:
+            normalize(out)
+    return len(images), time.perf_counter() - t
+
+
+def ceiling(
+    index: DatasetIndex,
+    *,
+    processes: int,
+    image_size: int,
+    output: str,
+    max_samples: int | None = None,
+    storage_options: dict | None = None,
+) -> dict[str, float]:
+    """Decode + augment the dataset's images in ``processes`` processes at once (images are read
+    into memory first, untimed). Returns samples/s = total samples / slowest process time."""
+    images: list[bytes] = []
+    for url in index.urls:
+        with open_shard(url, storage_options) as f:
+            for s in TarSampleReader(f, url):
+                data = next(
+                    (v for k, v in s.parts.items() if k in ("jpg", "jpeg", "png", "webp")), None
+                )
+                if data is not None:
+                    images.append(data)
+                if max_samples and len(images) >= max_samples:
+                    break
+        if max_samples and len(images) >= max_samples:
+            break
+    n = max(1, processes)
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Manager().Barrier(n)
+    parts = [(images[i::n], image_size, output == "float", i, barrier) for i in range(n)]
+    with ctx.Pool(n) as pool:
+        results = pool.map(_ceiling_worker, parts)
+    total = sum(r[0] for r in results)
+    slowest = max(r[1] for r in results)
+    return {
+        "samples": total,
+        "seconds": slowest,
+        "samples_per_s": total / slowest if slowest else 0.0,
+    }

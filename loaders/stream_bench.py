@@ -1,0 +1,296 @@
+"""``wdstool stream-bench``: run the loader (and baselines, and the ceiling) and report.
+
+Runs are interleaved (loader, baseline A, baseline B, loader, ...) for every worker count and
+repeated, so machine noise hits every pipeline alike; ratios are taken pair by pair (same worker
+count, same repeat) and reported as median and range.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from loaders.baselines import ceiling, imagefolder_loader, webdataset_loader
+from loaders.bench import RunResult, measure, recommend
+from loaders.loader import make_loader
+from loaders.source import resolve_source
+from wdstool.errors import ConfigError, WdsToolError
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchConfig:
+    source: str
+    batch_size: int = 64
+    workers: tuple[int, ...] = (2,)
+    prefetch_factor: int = 4
+    image_size: int = 224
+    output: str = "uint8"
+    batches: int | None = None
+    epochs: int = 1
+    warmup: int = 0
+    world_size: int = 1
+    rank: int = 0
+    step_ms: float = 0.0
+    imagefolder: str | None = None
+    webdataset: bool = False
+    with_ceiling: bool = False
+    repeats: int = 3
+    shuffle_buffer: int = 2000
+    storage_options: dict[str, Any] | None = None
+    transform: Callable[[Any], Any] | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1 or self.repeats < 1 or self.epochs < 1 or self.warmup < 0:
+            raise ConfigError("batch size, repeats and epochs must be >= 1, warmup >= 0")
+        if not self.workers or min(self.workers) < 0:
+            raise ConfigError(f"--workers must list counts >= 0, got {self.workers}")
+        if self.batches is not None and self.batches < 1:
+            raise ConfigError(f"--batches must be >= 1, got {self.batches}")
+        if self.step_ms < 0:
+            raise ConfigError(f"--step-ms must be >= 0, got {self.step_ms}")
+
+
+def machine_info() -> dict[str, Any]:
+    import PIL
+    import torch
+    import torchvision
+    import webdataset
+
+    model = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(
+                (ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), model
+            )
+    except OSError:
+        pass
+    return {
+        "cores": len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else os.cpu_count(),
+        "cpu_model": model,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "pillow": PIL.__version__,
+        "webdataset": getattr(webdataset, "__version__", "?"),
+        "cuda": torch.cuda.is_available(),
+    }
+
+
+class _Epochs:
+    """``epochs`` consecutive epochs of one fresh loader; ``current_iter`` is the DataLoader
+    iterator in use (whose worker processes the benchmark watches)."""
+
+    def __init__(self, make: Callable[[], Any], epochs: int) -> None:
+        self.loader = make()
+        self.epochs = epochs
+        self.current_iter: Any = None
+
+    def __iter__(self) -> Any:
+        for e in range(self.epochs):
+            if hasattr(self.loader, "set_epoch"):
+                self.loader.set_epoch(e)
+            src = iter(self.loader)
+            dl = getattr(self.loader, "dataloader", self.loader)
+            first = next(src, None)
+            if first is None:
+                return
+            inner = getattr(dl, "_iterator", None)  # never bool() it: that calls len()
+            self.current_iter = src if inner is None else inner
+            yield first
+            yield from src
+
+
+def _epochs(make: Callable[[], Any], epochs: int) -> Callable[[], _Epochs]:
+    return lambda: _Epochs(make, epochs)
+
+
+def _dict_len(b: Any) -> int:
+    return len(b["labels"])
+
+
+def _tuple_len(b: Any) -> int:
+    return len(b[1])
+
+
+def run_stream_bench(
+    cfg: BenchConfig,
+    on_batch: Callable[[int], None] | None = None,
+    on_run: Callable[[RunResult], None] | None = None,
+) -> dict[str, Any]:
+    """Every run of the benchmark, the pairwise ratios, ceiling, efficiency and a recommendation.
+    Ctrl-C stops early and returns what was measured (``interrupted: true``)."""
+    index = resolve_source(cfg.source, cfg.storage_options)
+    runs: list[RunResult] = []
+    ceilings: dict[int, dict[str, float]] = {}
+    interrupted = False
+
+    def run(name: str, make: Callable[[], Any], w: int, batch_len: Callable[[Any], int]) -> None:
+        result = measure(
+            name,
+            _epochs(make, cfg.epochs),
+            workers=w,
+            batch_len=batch_len,
+            batch_bytes=lambda b: 0,
+            max_batches=cfg.batches,
+            warmup=cfg.warmup,
+            step_ms=cfg.step_ms,
+            on_batch=on_batch,
+        )
+        runs.append(result)
+        if on_run:
+            on_run(result)
+        if result.interrupted:
+            raise KeyboardInterrupt
+
+    try:
+        for _repeat in range(cfg.repeats):
+            for w in cfg.workers:
+
+                def ours(w: int = w) -> Any:
+                    return make_loader(
+                        cfg.source,
+                        cfg.batch_size,
+                        image_size=cfg.image_size,
+                        num_workers=w,
+                        prefetch_factor=cfg.prefetch_factor,
+                        output=cfg.output,
+                        rank=cfg.rank,
+                        world_size=cfg.world_size,
+                        shuffle_buffer=cfg.shuffle_buffer,
+                        transform=cfg.transform,
+                        storage_options=cfg.storage_options,
+                        persistent_workers=True,
+                    )
+
+                run("wdstool", ours, w, _dict_len)
+                if cfg.imagefolder:
+                    root = cfg.imagefolder
+                    run(
+                        "imagefolder",
+                        lambda w=w, root=root: imagefolder_loader(
+                            root,
+                            workers=w,
+                            batch_size=cfg.batch_size,
+                            image_size=cfg.image_size,
+                            prefetch_factor=cfg.prefetch_factor,
+                        ),
+                        w,
+                        _tuple_len,
+                    )
+                if cfg.webdataset:
+                    run(
+                        "webdataset",
+                        lambda w=w: webdataset_loader(
+                            list(index.urls),
+                            workers=w,
+                            batch_size=cfg.batch_size,
+                            image_size=cfg.image_size,
+                            prefetch_factor=cfg.prefetch_factor,
+                        ),
+                        w,
+                        _tuple_len,
+                    )
+        if cfg.with_ceiling:
+            for w in sorted(set(cfg.workers)):
+                limit = None if cfg.batches is None else cfg.batches * cfg.batch_size
+                ceilings[w] = ceiling(
+                    index,
+                    processes=max(1, w),
+                    image_size=cfg.image_size,
+                    output=cfg.output,
+                    max_samples=limit,
+                    storage_options=cfg.storage_options,
+                )
+    except KeyboardInterrupt:
+        interrupted = True
+    avg_bytes = _avg_bytes(cfg)
+    for r in runs:  # every pipeline reads the same samples: compressed MB/s from the manifest
+        r.mb_per_s = r.samples_per_s * avg_bytes / 1e6
+    return _report(cfg, runs, ceilings, interrupted, avg_bytes)
+
+
+def _avg_bytes(cfg: BenchConfig) -> float:
+    """Average compressed bytes per sample (from the manifest's shard sizes)."""
+    from shard_writer.manifest import load_manifest
+
+    try:
+        manifest, _ = load_manifest(cfg.source, cfg.storage_options)
+        return manifest.total_bytes / max(1, manifest.num_samples)
+    except WdsToolError:  # a brace pattern without a manifest: no byte counts
+        return 0.0
+
+
+def _ratios(runs: list[RunResult], a: str, b: str) -> dict[str, Any] | None:
+    pairs: list[float] = []
+    by_key: dict[tuple[str, int], list[RunResult]] = {}
+    for r in runs:
+        by_key.setdefault((r.name, r.workers), []).append(r)
+    for (name, w), rs in by_key.items():
+        if name != a:
+            continue
+        for x, y in zip(rs, by_key.get((b, w), []), strict=False):
+            if y.samples_per_s > 0:
+                pairs.append(x.samples_per_s / y.samples_per_s)
+    if not pairs:
+        return None
+    return {
+        "median": statistics.median(pairs),
+        "min": min(pairs),
+        "max": max(pairs),
+        "pairs": len(pairs),
+    }
+
+
+def _report(
+    cfg: BenchConfig,
+    runs: list[RunResult],
+    ceilings: dict[int, dict[str, float]],
+    interrupted: bool,
+    avg_bytes: float,
+) -> dict[str, Any]:
+    summary = []
+    names = sorted({r.name for r in runs}, key=["wdstool", "webdataset", "imagefolder"].index)
+    for name in names:
+        for w in cfg.workers:
+            rs = [r for r in runs if r.name == name and r.workers == w]
+            if not rs:
+                continue
+            row = {
+                "pipeline": name,
+                "workers": w,
+                "runs": len(rs),
+                "samples_per_s": statistics.median(r.samples_per_s for r in rs),
+                "mb_per_s": statistics.median(r.mb_per_s for r in rs),
+                "time_to_first_batch": statistics.median(r.time_to_first_batch for r in rs),
+                "wait_p50_ms": statistics.median(r.wait_ms.get("p50", 0) for r in rs),
+                "wait_p99_ms": statistics.median(r.wait_ms.get("p99", 0) for r in rs),
+                "idle_pct": statistics.median(r.idle_pct for r in rs),
+            }
+            if name == "wdstool" and w in ceilings and ceilings[w]["samples_per_s"]:
+                row["efficiency"] = row["samples_per_s"] / ceilings[w]["samples_per_s"]
+            summary.append(row)
+    ratios = {}
+    for other in ("imagefolder", "webdataset"):
+        r = _ratios(runs, "wdstool", other)
+        if r:
+            ratios[f"wdstool/{other}"] = r
+    return {
+        "config": {
+            k: v for k, v in cfg.__dict__.items() if k not in ("transform", "storage_options")
+        },
+        "machine": machine_info(),
+        "avg_sample_bytes": avg_bytes,
+        "runs": [r.to_json(with_waits=True) for r in runs],
+        "summary": summary,
+        "ratios": ratios,
+        "ceiling": {str(w): c for w, c in ceilings.items()},
+        "recommendation": recommend(runs) if len(set(cfg.workers)) > 1 else {},
+        "interrupted": interrupted,
+    }

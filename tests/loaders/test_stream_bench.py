@@ -1,0 +1,126 @@
+"""stream-bench: every figure present, sweeps run, idle accounting is right, baselines read the same data."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from loaders.baselines import imagefolder_loader, webdataset_loader
+from loaders.stream_bench import BenchConfig, run_stream_bench
+from tests.conftest import run_cli
+from tests.loaders.conftest import shard_keys
+
+
+class SlowTransform:
+    """A per-sample transform that sleeps: with batch 4, 20 ms of loading per batch."""
+
+    def __call__(self, img: torch.Tensor) -> torch.Tensor:
+        time.sleep(0.005)
+        return img[:, :8, :8].contiguous()
+
+
+def test_cli_json_has_every_field_and_sweep_runs(uneven_dataset: Path, tmp_path: Path) -> None:
+    out, plot = tmp_path / "bench.json", tmp_path / "bench.png"
+    r = run_cli(
+        "stream-bench",
+        str(uneven_dataset),
+        "--workers",
+        "0,1",
+        "--batch-size",
+        "4",
+        "--image-size",
+        "32",
+        "--repeats",
+        "2",
+        "--ceiling",
+        "--json",
+        str(out),
+        "--plot",
+        str(plot),
+        "-q",
+    )
+    report = json.loads(out.read_text())
+    assert {
+        "config",
+        "machine",
+        "runs",
+        "summary",
+        "ratios",
+        "ceiling",
+        "recommendation",
+        "interrupted",
+        "avg_sample_bytes",
+    } <= report.keys()
+    assert report["machine"]["cores"] >= 1 and report["machine"]["torch"]
+    assert len(report["runs"]) == 4  # 2 worker counts x 2 repeats
+    for run in report["runs"]:
+        for key in (
+            "samples_per_s",
+            "mb_per_s",
+            "time_to_first_batch",
+            "wait_ms",
+            "spikes",
+            "idle_pct",
+            "cpu_util_pct",
+            "peak_rss_main_mb",
+            "peak_rss_workers_mb",
+        ):
+            assert run[key] is not None, key
+        assert run["samples"] > 0 and set(run["wait_ms"]) >= {"p50", "p95", "p99", "max"}
+    one_worker = [x for x in report["runs"] if x["workers"] == 1]
+    assert all(x["peak_rss_workers_mb"] > 0 for x in one_worker)
+    assert set(report["ceiling"]) == {"0", "1"} and report["summary"][0]["efficiency"] > 0
+    assert report["recommendation"]["num_workers"] in (0, 1) and report["recommendation"]["why"]
+    assert "samples/s" in r.stdout and "recommendation" in r.stdout
+    assert plot.stat().st_size > 10_000
+
+
+def test_step_ms_idle_accounting(uneven_dataset: Path) -> None:
+    def idle(step_ms: float) -> float:
+        cfg = BenchConfig(
+            source=str(uneven_dataset),
+            batch_size=4,
+            workers=(1,),
+            batches=6,
+            repeats=1,
+            step_ms=step_ms,
+            transform=SlowTransform(),
+            prefetch_factor=4,
+            warmup=1,
+        )
+        (run,) = run_stream_bench(cfg)["runs"]
+        return run["idle_pct"]
+
+    starved, fed = idle(0), idle(200)
+    assert starved > 80, starved  # nothing to do but wait for a 20 ms batch
+    assert fed < 15, fed  # a 200 ms step hides a 20 ms load entirely
+
+
+def test_baselines_read_the_same_samples(uneven_dataset: Path) -> None:
+    keys = {k for ks in shard_keys(uneven_dataset) for k in ks}
+    urls = [str(p) for p in sorted(uneven_dataset.glob("*.tar"))]
+    seen = []
+    for _img, _label, batch_keys in webdataset_loader(
+        urls, workers=1, batch_size=4, image_size=32, prefetch_factor=2
+    ):
+        seen.extend(batch_keys)
+    assert sorted(seen) == sorted(keys)
+    manifest_paths = set()
+    import webdataset as wds
+
+    for url in urls:
+        for s in wds.WebDataset(url, shardshuffle=False):
+            manifest_paths.add(json.loads(s["json"])["path"])
+    src = uneven_dataset.parent / "src"
+    loader = imagefolder_loader(str(src), workers=0, batch_size=4, image_size=32, prefetch_factor=2)
+    folder_paths = {str(Path(p).relative_to(src)) for p, _ in loader.dataset.samples}
+    assert folder_paths == manifest_paths
+    assert sum(len(b[1]) for b in loader) == len(keys)
+
+
+def test_bad_compare_is_one_line_error(uneven_dataset: Path) -> None:
+    r = run_cli("stream-bench", str(uneven_dataset), "--compare", "litdata", check=False)
+    assert r.returncode != 0 and "imagefolder=PATH or webdataset" in r.stderr
