@@ -10,7 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 from PIL import Image
+
+# CI runs a fixed set of examples (reproducible failures, no flakes); local runs explore.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -96,21 +96,42 @@ def test_deterministic(t: dict) -> None:
     assert all_ranks(t) == all_ranks(t)
 
 
-@settings(max_examples=100, deadline=None)
+# An epoch's plan order is one of (shards! x N) choices (shard permutation x rotation), so two
+# epochs of a 2-shard, 50-sample set coincide ~1% of the time; the buffer seeds still differ, so
+# the loader's order does not. The example set is fixed (derandomize) so CI cannot flake on a
+# legitimate coincidence; the condition keeps the chance per example below 1e-4.
+@settings(max_examples=100, deadline=None, derandomize=True)
 @given(
-    st.lists(st.integers(1, 200), min_size=2, max_size=30).filter(lambda s: sum(s) >= 50),
+    st.lists(st.integers(1, 200), min_size=4, max_size=30).filter(lambda s: sum(s) >= 200),
     st.integers(0, 2**32),
     st.integers(0, 100),
 )
 def test_each_epoch_a_different_permutation(sizes: list[int], seed: int, epoch: int) -> None:
-    def order(e: int) -> list[tuple[int, int]]:
-        p = plan_epoch(sizes, seed=seed, epoch=e, rank=0, world_size=1, num_workers=3, batch_size=7)
-        return [x for b in delivered(p) for x in b]
+    def plan(e: int) -> RankPlan:
+        return plan_epoch(
+            sizes, seed=seed, epoch=e, rank=0, world_size=1, num_workers=3, batch_size=7
+        )
 
-    a, b = order(epoch), order(epoch + 1)
+    pa, pb = plan(epoch), plan(epoch + 1)
+    a = [x for bt in delivered(pa) for x in bt]
+    b = [x for bt in delivered(pb) for x in bt]
     universe = sorted((i, j) for i, n in enumerate(sizes) for j in range(n))
     assert sorted(a) == universe and sorted(b) == universe
     assert a != b
+    assert [w.shuffle_seed for w in pa.workers] != [w.shuffle_seed for w in pb.workers]
+
+
+def test_tiny_datasets_still_reshuffle_through_buffer_seeds() -> None:
+    for epoch in range(20):
+        a = plan_epoch(
+            [24, 26], seed=1, epoch=epoch, rank=0, world_size=1, num_workers=2, batch_size=7
+        )
+        b = plan_epoch(
+            [24, 26], seed=1, epoch=epoch + 1, rank=0, world_size=1, num_workers=2, batch_size=7
+        )
+        assert all(
+            x.shuffle_seed != y.shuffle_seed for x, y in zip(a.workers, b.workers, strict=True)
+        )
 
 
 @settings(max_examples=100, deadline=None)
