@@ -13,29 +13,6 @@ import argparse
 import statistics
 import time
 
-import torch
-from torchvision import datasets, transforms
-
-
-def imagefolder_loader(root: str, workers: int, batch: int, size: int):
-    tf = transforms.Compose(
-        [
-            transforms.RandomResizedCrop(size),
-            transforms.RandomHorizontalFlip(),
-            transforms.ToTensor(),
-            transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
-        ]
-    )
-    ds = datasets.ImageFolder(root, transform=tf)
-    return torch.utils.data.DataLoader(
-        ds,
-        batch_size=batch,
-        shuffle=True,
-        num_workers=workers,
-        prefetch_factor=4,
-        persistent_workers=False,
-    )
-
 
 def run(loader) -> tuple[float, float]:
     t0 = time.perf_counter()
@@ -52,6 +29,7 @@ def run(loader) -> tuple[float, float]:
 
 def main() -> None:
     from loaders import make_loader
+    from loaders.baselines import imagefolder_loader
 
     ap = argparse.ArgumentParser()
     ap.add_argument("shards")
@@ -67,7 +45,9 @@ def main() -> None:
         "wdstool float": lambda: make_loader(
             args.shards, b, image_size=s, num_workers=w, output="float"
         ),
-        "ImageFolder+PIL": lambda: imagefolder_loader(args.imagefolder, w, b, s),
+        "ImageFolder+PIL": lambda: imagefolder_loader(
+            args.imagefolder, workers=w, batch_size=b, image_size=s, prefetch_factor=4
+        ),
     }
     results: dict[str, list[tuple[float, float]]] = {k: [] for k in pipelines}
     for _ in range(args.repeats):

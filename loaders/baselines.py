@@ -21,6 +21,20 @@ from loaders.source import DatasetIndex, open_shard
 from loaders.tario import TarSampleReader
 
 
+def classic_train_transform(image_size: int) -> Any:
+    """RandomResizedCrop + flip + ToTensor + Normalize on PIL images: what most scripts use."""
+    from torchvision import transforms
+
+    return transforms.Compose(
+        [
+            transforms.RandomResizedCrop(image_size),
+            transforms.RandomHorizontalFlip(),
+            transforms.ToTensor(),
+            transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+        ]
+    )
+
+
 def imagefolder_loader(
     root: str,
     *,
@@ -30,16 +44,9 @@ def imagefolder_loader(
     prefetch_factor: int,
     pin_memory: bool = False,
 ) -> torch.utils.data.DataLoader:
-    from torchvision import datasets, transforms
+    from torchvision import datasets
 
-    tf = transforms.Compose(
-        [
-            transforms.RandomResizedCrop(image_size),
-            transforms.RandomHorizontalFlip(),
-            transforms.ToTensor(),
-            transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
-        ]
-    )
+    tf = classic_train_transform(image_size)
     ds = datasets.ImageFolder(root, transform=tf)
     kwargs: dict[str, Any] = {"prefetch_factor": prefetch_factor} if workers else {}
     return torch.utils.data.DataLoader(
@@ -62,16 +69,8 @@ def webdataset_loader(
     shuffle_buffer: int = 1000,
 ) -> Any:
     import webdataset as wds
-    from torchvision import transforms
 
-    tf = transforms.Compose(
-        [
-            transforms.RandomResizedCrop(image_size),
-            transforms.RandomHorizontalFlip(),
-            transforms.ToTensor(),
-            transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
-        ]
-    )
+    tf = classic_train_transform(image_size)
     ds = (
         wds.WebDataset(
             urls, nodesplitter=wds.split_by_node, shardshuffle=len(urls), empty_check=False
