@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def tree_and_reference(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("resume")
-    src = make_tree(root / "src", {f"c{i}": 60 for i in range(5)}, seed=3)
+    src = make_tree(root / "src", {f"c{i}": 120 for i in range(5)}, seed=3)
     ref = root / "ref"
     run_cli("pack", str(src), str(ref), "--max-count", "6", "--workers", "2", "-q")
     return src, ref
@@ -50,6 +50,13 @@ def _start(src: Path, dest: Path, workers: int) -> subprocess.Popen:
     )
 
 
+def _published(dest: Path) -> int:
+    try:
+        return sum(1 for e in os.scandir(dest) if e.name.endswith(".tar"))
+    except FileNotFoundError:
+        return 0
+
+
 @pytest.mark.parametrize("run", range(5))
 def test_kill_9_then_rerun_is_byte_identical(run: int, tree_and_reference, tmp_path: Path) -> None:
     src, ref = tree_and_reference
@@ -59,14 +66,19 @@ def test_kill_9_then_rerun_is_byte_identical(run: int, tree_and_reference, tmp_p
     rng = random.Random(run)
     workers = 1 + run % 2
     proc = _start(src, dest, workers)
-    # kill after a random number of shards is published (plus a random few ms), so the kill
-    # lands mid-pack: between shards, inside a shard write, or around a marker/rename
-    target = rng.randrange(0, 40)
+    # Freeze the whole group the moment a random number of shards is published (plus a random
+    # fraction of one shard's time), then kill it: the kill lands mid-pack, between shards, inside
+    # a shard write, or around a marker/rename. A whole pack of these tiny images takes ~0.2 s
+    # (~2 ms a shard), so the watch is a busy loop and SIGSTOP comes before SIGKILL.
+    target = rng.randrange(0, 60)
+    extra = rng.uniform(0, 0.002)
     deadline = time.monotonic() + 60
-    while len(list(dest.glob("*.tar"))) < target and proc.poll() is None:
+    while _published(dest) < target and proc.poll() is None:
         assert time.monotonic() < deadline
-        time.sleep(0.002)
-    time.sleep(rng.uniform(0, 0.05))
+    until = time.monotonic() + extra
+    while time.monotonic() < until:
+        pass
+    os.killpg(proc.pid, signal.SIGSTOP)
     os.killpg(proc.pid, signal.SIGKILL)  # the whole group: pool workers die too, like a crash
     proc.wait()
     assert not (dest / "index.json").exists(), "the pack finished before the kill"
@@ -75,6 +87,6 @@ def test_kill_9_then_rerun_is_byte_identical(run: int, tree_and_reference, tmp_p
         assert hashlib.sha256(p.read_bytes()).hexdigest() == final_hashes[p.name], p.name
     args = ["--resume"] if run % 2 else []
     r = run_cli("pack", str(src), str(dest), "--max-count", "6", "--workers", "2", "--json", *args)
-    assert json.loads(r.stdout)["samples"] == 300
+    assert json.loads(r.stdout)["samples"] == 600
     assert dir_bytes(dest) == dir_bytes(ref)
     assert not any(".tmp-" in p.name for p in dest.iterdir())
