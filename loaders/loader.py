@@ -11,6 +11,7 @@ import logging
 import multiprocessing as mp
 import os
 import random
+import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
@@ -201,6 +202,13 @@ class StreamingLoader:
             )
 
 
+def _worker_init(_worker_id: int) -> None:
+    """Ctrl-C reaches the whole process group. torch's worker loop swallows KeyboardInterrupt and
+    exits cleanly, which can leave the main process waiting for a batch forever; so workers
+    ignore SIGINT and the main process, which gets the KeyboardInterrupt, shuts them down."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def default_num_workers() -> int:
     """Worker processes per rank: the cores available to this rank, at most 8."""
     return min(8, cores_per_rank())
@@ -270,6 +278,7 @@ def make_loader(
     kwargs: dict[str, Any] = {}
     if workers > 0:
         kwargs.update(
+            worker_init_fn=_worker_init,
             prefetch_factor=prefetch_factor,
             persistent_workers=persistent_workers,
             multiprocessing_context=multiprocessing_context,

@@ -124,3 +124,55 @@ def test_baselines_read_the_same_samples(uneven_dataset: Path) -> None:
 def test_bad_compare_is_one_line_error(uneven_dataset: Path) -> None:
     r = run_cli("stream-bench", str(uneven_dataset), "--compare", "litdata", check=False)
     assert r.returncode != 0 and "imagefolder=PATH or webdataset" in r.stderr
+
+
+def test_ctrl_c_prints_what_was_measured(uneven_dataset: Path, tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    out = tmp_path / "partial.json"
+    cmd = [
+        sys.executable,
+        "-m",
+        "wdstool",
+        "stream-bench",
+        str(uneven_dataset),
+        "--workers",
+        "1",
+        "--batch-size",
+        "4",
+        "--image-size",
+        "32",
+        "--epochs",
+        "100000",
+        "--repeats",
+        "1",
+        "-q",
+        "--json",
+        str(out),
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    time.sleep(8)  # one run of many epochs is under way (persistent workers, no new forks)
+    assert proc.poll() is None
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground group
+    try:
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, stderr[-2000:]
+    assert "(interrupted" in stdout and "wdstool" in stdout
+    report = json.loads(out.read_text())
+    assert report["interrupted"] is True and len(report["runs"]) == 1
+    assert report["runs"][0]["interrupted"] and report["runs"][0]["batches"] > 10
