@@ -21,10 +21,11 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from loaders.plan import RankPlan, Uneven, num_batches, plan_epoch
-from loaders.source import DatasetIndex, resolve_source
+from loaders.source import DatasetIndex, ShardAccess, resolve_source
 from loaders.stream import BatchAssembler, DecodeSpec, buffer_shuffle, read_slices
 from loaders.topology import Topology, cores_per_rank, detect_topology
 from wdstool.errors import ConfigError
+from wdstool.storage import DEFAULT_RETRY, RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -82,13 +83,13 @@ class ShardStreamDataset(IterableDataset):
         topology: Topology,
         *,
         transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
-        storage_options: dict[str, Any] | None = None,
+        access: ShardAccess | None = None,
     ) -> None:
         self.index = index
         self.config = config
         self.topology = topology
         self.transform = transform
-        self.storage_options = storage_options
+        self.access = access or ShardAccess()
         # shared with (persistent) workers: [epoch]
         self._shared = mp.get_context().RawArray("q", 1)
         self._len = num_batches(
@@ -137,7 +138,7 @@ class ShardStreamDataset(IterableDataset):
             )
         c = self.config
         wplan = self.plan().workers[worker]
-        samples = read_slices(wplan.slices, self.index.urls, self.storage_options)
+        samples = read_slices(wplan.slices, self.index, self.access)
         if c.shuffle and wplan.shuffle_seed is not None and c.shuffle_buffer > 1:
             samples = buffer_shuffle(
                 samples,
@@ -235,6 +236,9 @@ def make_loader(
     transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
     on_error: str = "raise",
     storage_options: dict[str, Any] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    cache_limit: int | str | None = None,
+    retry: RetryPolicy | None = None,
     multiprocessing_context: str | None = None,
 ) -> StreamingLoader:
     """A streaming loader over WebDataset shards for one rank of a (torchrun) job.
@@ -244,6 +248,14 @@ def make_loader(
     Batches are dicts: ``pixel_values`` uint8 [B,3,S,S] (or normalized float32 with
     ``output="float"``), ``labels`` int64 [B], ``keys`` list[str]. Every rank yields exactly
     ``len(loader)`` batches. Call ``loader.set_epoch(e)`` before each epoch.
+
+    Remote sources (``s3://bucket/prefix``, any fsspec URL): ``storage_options`` as for s3fs
+    (``endpoint_url``, ``key``/``secret``/``token``, ``profile``, ``anon``, ``client_kwargs``,
+    ``config_kwargs``); the usual AWS variables apply. Each shard is one streaming GET, resumed
+    at the byte offset already read after a dropped connection, timeout, 5xx or throttling
+    (``retry``: a :class:`wdstool.storage.RetryPolicy`). ``cache_dir`` keeps a local copy of
+    every shard read (``cache_limit``: bytes or "50GB", least recently used evicted), shared
+    safely by all workers and ranks on the host.
     """
     workers = default_num_workers() if num_workers is None else num_workers
     config = LoaderConfig(
@@ -263,11 +275,15 @@ def make_loader(
         raise ConfigError(f"prefetch_factor must be >= 1, got {prefetch_factor}")
     if transform is not None and not callable(transform):
         raise ConfigError("transform must be a callable taking a uint8 [3,H,W] tensor")
+    access = ShardAccess(
+        storage_options=storage_options,
+        cache_dir=None if cache_dir is None else os.fspath(cache_dir),
+        cache_limit=cache_limit,
+        retry=retry or DEFAULT_RETRY,
+    )
     topology = detect_topology(rank, world_size)
     index = resolve_source(source, storage_options)
-    dataset = ShardStreamDataset(
-        index, config, topology, transform=transform, storage_options=storage_options
-    )
+    dataset = ShardStreamDataset(index, config, topology, transform=transform, access=access)
     if len(dataset) == 0:
         raise ConfigError(
             f"{source}: {index.num_samples} samples over {topology.world_size} ranks give no "

@@ -1,8 +1,10 @@
 """Dataset sources: a manifest, a folder/prefix holding one, or a brace pattern of shard URLs.
 
 Everything the loader needs before it reads data is resolved here once, in the main process:
-the shard URLs, their sample counts and an identity of the dataset. Shards are opened through
-fsspec (local paths, file://, s3://, memory://, ...).
+the shard URLs, their sample counts and an identity of the dataset. Shards are opened by
+:class:`ShardAccess`: local paths directly, ``s3://`` as one streaming GET per shard with
+Range-resume retries (``loaders.remote``), other fsspec URLs through the same retrying reader,
+optionally through a local cache (``loaders.cache``).
 """
 
 from __future__ import annotations
@@ -12,15 +14,18 @@ import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 import braceexpand
-import fsspec
 
+from loaders.cache import ShardCache
+from loaders.remote import open_remote
 from loaders.tario import count_samples
 from shard_writer.manifest import load_manifest, resolve_shard_url
 from wdstool.errors import ConfigError, ShardError, StorageError
+from wdstool.params import parse_size
+from wdstool.storage import DEFAULT_RETRY, RetryPolicy, redact
 
 log = logging.getLogger(__name__)
 READ_BUFFER = 1 << 20
@@ -35,6 +40,14 @@ class DatasetIndex:
     classes: tuple[str, ...] = ()
     identity: str = ""
     from_manifest: bool = True
+    filesizes: tuple[int | None, ...] = ()  # from the manifest; () when unknown
+    sha256s: tuple[str | None, ...] = ()
+
+    def size_of(self, shard: int) -> int | None:
+        return self.filesizes[shard] if self.filesizes else None
+
+    def sha256_of(self, shard: int) -> str | None:
+        return (self.sha256s[shard] or None) if self.sha256s else None
 
     @property
     def num_samples(self) -> int:
@@ -65,6 +78,8 @@ def resolve_source(
         sizes=tuple(s.nsamples for s in manifest.shards),
         classes=manifest.classes,
         identity=identity,
+        filesizes=tuple(s.filesize for s in manifest.shards),
+        sha256s=tuple(s.sha256 for s in manifest.shards),
     )
 
 
@@ -93,16 +108,64 @@ def _scan_shards(urls: list[str], storage_options: dict[str, Any] | None) -> Dat
     )
 
 
-def open_shard(url: str, storage_options: dict[str, Any] | None = None) -> BinaryIO:
-    """Open a shard for sequential reading; errors name the URL."""
-    try:
+@dataclass(frozen=True, kw_only=True)
+class ShardAccess:
+    """How shards are opened: storage options, retries, an optional local cache. Picklable (it
+    travels to DataLoader workers)."""
+
+    storage_options: dict[str, Any] | None = None
+    cache_dir: str | None = None
+    cache_limit: int | None = None
+    retry: RetryPolicy = field(default=DEFAULT_RETRY)
+
+    def __post_init__(self) -> None:
+        if self.cache_limit is not None:
+            try:
+                limit = parse_size(self.cache_limit)
+            except ValueError as exc:
+                raise ConfigError(f"cache_limit: {exc}") from None
+            if limit <= 0:
+                raise ConfigError(f"cache_limit must be positive, got {self.cache_limit!r}")
+            object.__setattr__(self, "cache_limit", limit)
+        if self.cache_limit is not None and self.cache_dir is None:
+            raise ConfigError("cache_limit needs cache_dir")
+        if self.cache_dir is not None:
+            object.__setattr__(self, "cache_dir", os.fspath(self.cache_dir))
+
+    def open(
+        self,
+        url: str,
+        *,
+        size: int | None = None,
+        sha256: str | None = None,
+        stats: dict[str, int] | None = None,
+    ) -> BinaryIO:
+        """Open a shard for sequential reading from byte 0; errors name the URL."""
         if "://" not in url or url.startswith("file://"):
             path = url[len("file://") :] if url.startswith("file://") else url
-            return open(path, "rb", buffering=READ_BUFFER)
-        return fsspec.open(url, "rb", block_size=8 << 20, **(storage_options or {})).open()
-    except FileNotFoundError:
-        raise ShardError(f"{url}: shard not found") from None
-    except PermissionError as exc:
-        raise StorageError(f"{url}: access denied: {exc}") from None
-    except OSError as exc:
-        raise StorageError(f"{url}: cannot open shard: {exc}") from None
+            try:
+                return open(path, "rb", buffering=READ_BUFFER)
+            except FileNotFoundError:
+                raise ShardError(f"{url}: shard not found") from None
+            except PermissionError as exc:
+                raise StorageError(f"{url}: access denied: {exc.strerror}") from None
+            except OSError as exc:
+                raise StorageError(f"{url}: cannot open shard: {exc.strerror or exc}") from None
+        try:
+            remote = open_remote(
+                url, self.storage_options, retry=self.retry, size=size, stats=stats
+            )
+        except (ShardError, StorageError):
+            raise
+        except Exception as exc:  # bad options, unknown protocol, ...
+            message = redact(f"{url}: cannot open shard: {exc}", self.storage_options)
+            raise StorageError(message) from None
+        if self.cache_dir is None:
+            return remote
+        cache = ShardCache(self.cache_dir, self.cache_limit)
+        return cache.open(url, remote, version=sha256, size=size)
+
+
+def open_shard(url: str, storage_options: dict[str, Any] | None = None) -> BinaryIO:
+    """Open a shard for sequential reading (no cache, default retries); errors name the URL."""
+    return ShardAccess(storage_options=storage_options).open(url)

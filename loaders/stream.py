@@ -16,9 +16,10 @@ from typing import Any
 
 import torch
 
+from loaders.cache import complete
 from loaders.decode import IMAGE_EXTENSIONS, decode_rgb, eval_augment, normalize, train_augment
 from loaders.plan import Slice, WorkerPlan
-from loaders.source import open_shard
+from loaders.source import DatasetIndex, ShardAccess
 from loaders.tario import Sample, TarSampleReader
 from wdstool.errors import SampleError, ShardError, WdsToolError
 
@@ -40,13 +41,18 @@ def _keep(ext: str) -> bool:
 
 
 def read_slices(
-    slices: Iterable[Slice], urls: tuple[str, ...], storage_options: dict[str, Any] | None = None
+    slices: Iterable[Slice],
+    index: DatasetIndex | tuple[str, ...],
+    access: ShardAccess | None = None,
 ) -> Iterator[Located]:
     """Yield the samples of each slice, in order: skip ``start`` samples by headers alone, then
     yield ``stop - start``. A shard with fewer samples than the manifest says is an error."""
+    if not isinstance(index, DatasetIndex):
+        index = DatasetIndex(urls=tuple(index), sizes=(0,) * len(index))
+    access = access or ShardAccess()
     for s in slices:
-        url = urls[s.shard]
-        with open_shard(url, storage_options) as f:
+        url = index.urls[s.shard]
+        with access.open(url, size=index.size_of(s.shard), sha256=index.sha256_of(s.shard)) as f:
             reader = TarSampleReader(f, url, keep=_keep)
             if s.start:
                 reader.skip(s.start)
@@ -60,6 +66,7 @@ def read_slices(
                         f"{s.stop} (re-pack, or run `wdstool verify`)"
                     ) from None
                 yield Located(url, sample)
+            complete(f)  # a cache fill in progress gets the rest of the shard and is published
 
 
 def buffer_shuffle(

@@ -41,6 +41,8 @@ class BenchConfig:
     repeats: int = 3
     shuffle_buffer: int = 2000
     storage_options: dict[str, Any] | None = None
+    cache_dir: str | None = None
+    cache_limit: int | None = None
     transform: Callable[[Any], Any] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -166,6 +168,8 @@ def run_stream_bench(
                         shuffle_buffer=cfg.shuffle_buffer,
                         transform=cfg.transform,
                         storage_options=cfg.storage_options,
+                        cache_dir=cfg.cache_dir,
+                        cache_limit=cfg.cache_limit,
                         persistent_workers=True,
                     )
 

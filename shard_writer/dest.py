@@ -2,24 +2,93 @@
 
 Local: a shard is written to a hidden temporary name in DEST and renamed into place.
 Remote (s3://, memory://, ...): it is built in a local temporary folder, uploaded whole under its
-final name (an object store's PUT is atomic), then its size is checked. Either way no
-incomplete file ever sits under a final name.
+final name (an object store's PUT is atomic; multipart above 100 MiB), then checked: its size,
+and on S3 its ETag against the MD5 (single PUT) or multipart MD5 computed locally, so a corrupted
+upload is caught. Either way no incomplete file ever sits under a final name.
+
+Remote operations are retried (``wdstool.storage.RetryPolicy``) on transient errors; the rest
+(missing bucket, denied access, rejected credentials, unreachable endpoint) become one-line
+DestinationError/StorageError messages that name the URL and never contain credentials.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
+import math
 import os
 import tempfile
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import fsspec
 
-from wdstool.errors import DestinationError
+from wdstool.errors import DestinationError, StorageError, WdsToolError
+from wdstool.storage import (
+    DEFAULT_RETRY,
+    cached_s3_client,
+    describe,
+    fsspec_options,
+    is_retryable,
+    is_s3,
+    redact,
+    split_s3,
+)
 
+T = TypeVar("T")
 STATE_DIR = ".wdstool-pack"
+PART_SIZE = 50 * 2**20  # s3fs's multipart part size; objects under 2 parts go in one PUT
+MAX_PARTS = 10_000
+
+
+def part_size_for(size: int) -> int:
+    return max(PART_SIZE, math.ceil(size / MAX_PARTS))
+
+
+class ETagHasher:
+    """The ETag S3 gives an object uploaded by s3fs: MD5 of the bytes for a single PUT,
+    MD5 of the parts' MD5s plus ``-N`` for a multipart upload (parts of ``part_size``)."""
+
+    def __init__(self, part_size: int = PART_SIZE) -> None:
+        self.part_size = part_size
+        self._whole: Any = hashlib.md5(usedforsecurity=False)
+        self._parts: list[bytes] = []
+        self._part = hashlib.md5(usedforsecurity=False)
+        self._in_part = 0
+        self.size = 0
+
+    def update(self, data: bytes | memoryview) -> None:
+        view = memoryview(data)
+        self.size += len(view)
+        if self._whole is not None:
+            self._whole.update(view)
+            if self.size >= 2 * self.part_size:
+                self._whole = None  # multipart from here on
+        while len(view):
+            take = min(len(view), self.part_size - self._in_part)
+            self._part.update(view[:take])
+            self._in_part += take
+            view = view[take:]
+            if self._in_part == self.part_size:
+                self._parts.append(self._part.digest())
+                self._part = hashlib.md5(usedforsecurity=False)
+                self._in_part = 0
+
+    def etag(self) -> str:
+        if self._whole is not None:
+            return f'"{self._whole.hexdigest()}"'
+        parts = self._parts + ([self._part.digest()] if self._in_part else [])
+        combined = hashlib.md5(b"".join(parts), usedforsecurity=False).hexdigest()
+        return f'"{combined}-{len(parts)}"'
+
+
+def file_etag(path: str, part_size: int = PART_SIZE) -> str:
+    h = ETagHasher(part_size)
+    with open(path, "rb") as f:
+        while block := f.read(8 << 20):
+            h.update(block)
+    return h.etag()
 
 
 class Destination:
@@ -27,7 +96,18 @@ class Destination:
 
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
         self.url = url.rstrip("/") or url
-        self.fs, self.root = fsspec.core.url_to_fs(self.url, **(storage_options or {}))
+        self.storage_options = storage_options
+        self.retry = DEFAULT_RETRY
+        try:
+            self.fs, self.root = fsspec.core.url_to_fs(
+                self.url, **fsspec_options(self.url, storage_options)
+            )
+            if is_s3(self.url):
+                self.fs.retries = 1  # one try per call; RetryPolicy retries whole operations
+        except (ImportError, ValueError, TypeError) as exc:
+            raise DestinationError(
+                redact(f"{self.url}: cannot use this destination: {exc}", storage_options)
+            ) from None
         self.local = "file" in (
             self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
         )
@@ -57,32 +137,85 @@ class Destination:
                 ) from exc
             if not os.access(self.root, os.W_OK):
                 raise DestinationError(f"{self.url}: destination folder is not writable")
+        elif is_s3(self.url):
+            # a listing (unlike HEAD) answers with an error code: NoSuchBucket, AccessDenied,
+            # InvalidAccessKeyId, ... become a one-line error before any work starts
+            bucket, key = split_s3(self.url)
+            self._call(
+                "",
+                lambda: cached_s3_client(self.storage_options).list_objects_v2(
+                    Bucket=bucket, Prefix=key.rstrip("/") + "/", MaxKeys=1
+                ),
+            )
+
+    def _call(self, name: str, fn: Callable[[], T], missing_ok: bool = False) -> T:
+        """Run a storage operation with retries; translate what is left into one line.
+        FileNotFoundError passes through when ``missing_ok`` (callers test for absence)."""
+        where = self.display(name)
+
+        def attempt() -> T:
+            return fn()
+
+        try:
+            return self.retry.call(where, attempt)
+        except WdsToolError as exc:
+            raise DestinationError(redact(exc.message, self.storage_options)) from None
+        except FileNotFoundError:
+            if missing_ok:
+                raise
+            raise DestinationError(
+                redact(f"{where}: {describe_missing(self.url)}", self.storage_options)
+            ) from None
+        except Exception as exc:
+            kind = StorageError if is_retryable(exc) else DestinationError
+            raise kind(redact(f"{where}: {describe(exc)}", self.storage_options)) from None
 
     # --- reading -------------------------------------------------------------------------
     def exists(self, name: str) -> bool:
-        return self.fs.exists(self.path(name))
+        return self._call(name, lambda: self.fs.exists(self.path(name)))
 
-    def size(self, name: str) -> int | None:
+    def info(self, name: str) -> dict[str, Any] | None:
         try:
-            return int(self.fs.size(self.path(name)))
+            return self._call(name, lambda: self.fs.info(self.path(name)), missing_ok=True)
         except FileNotFoundError:
             return None
+
+    def size(self, name: str) -> int | None:
+        info = self.info(name)
+        return None if info is None else int(info["size"])
+
+    def etag(self, name: str) -> str | None:
+        info = self.info(name)
+        return None if info is None else (info.get("ETag") or info.get("etag"))
 
     def open_read(self, name: str):
         return self.fs.open(self.path(name), "rb")
 
     def read_json(self, name: str) -> Any | None:
-        try:
+        def read() -> bytes:
+            self.fs.invalidate_cache(self.path(name))
             with self.fs.open(self.path(name), "rb") as f:
-                return json.loads(f.read())
+                return f.read()
+
+        try:
+            data = self._call(name, read, missing_ok=True)
         except FileNotFoundError:
+            return None
+        try:
+            return json.loads(data)
+        except ValueError:
             return None
 
     def listdir(self, sub: str = "") -> list[str]:
         """Base names directly under the folder (or under ``sub``)."""
         base = self.path(sub) if sub else self.root
+
+        def ls() -> list[str]:
+            self.fs.invalidate_cache(base)
+            return self.fs.ls(base, detail=False)
+
         try:
-            entries = self.fs.ls(base, detail=False)
+            entries = self._call(sub, ls, missing_ok=True)
         except FileNotFoundError:
             return []
         return sorted(str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries)
@@ -96,22 +229,35 @@ class Destination:
             self._tmpdir = tempfile.TemporaryDirectory(prefix="wdstool-pack-")
         return os.path.join(self._tmpdir.name, f"{name}.tmp-{os.getpid()}")
 
-    def publish(self, tmp: str, name: str) -> None:
-        """Move a complete local file to its final name, atomically."""
+    def publish(self, tmp: str, name: str, etag: str | None = None) -> str | None:
+        """Move a complete local file to its final name, atomically. Remote: upload, then check
+        the stored size and (S3) ETag against ``etag`` (computed here when not given); a
+        mismatch is retried, then an error. Returns the stored ETag (remote) or None."""
         if self.local:
             os.replace(tmp, os.path.join(self.root, name))
-            return
+            return None
         size = os.path.getsize(tmp)
+        part = part_size_for(size)
+        if is_s3(self.url) and (etag is None or part != PART_SIZE):
+            etag = file_etag(tmp, part)
+        path = self.path(name)
+
+        def upload() -> str | None:
+            self.fs.put_file(tmp, path, chunksize=part)
+            self.fs.invalidate_cache(path)
+            info = self.fs.info(path)
+            got_size, got_etag = int(info["size"]), info.get("ETag")
+            if got_size != size:
+                raise UploadMismatch(f"{got_size} bytes stored, {size} sent")
+            if etag and got_etag and _etag_comparable(got_etag) and got_etag != etag:
+                raise UploadMismatch(f"stored ETag {got_etag}, expected {etag}")
+            return got_etag
+
         try:
-            self.fs.put_file(tmp, self.path(name))
-            got = self.size(name)
+            return self._call(name, upload)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
-        if got != size:
-            raise DestinationError(
-                f"{self.display(name)}: upload check failed: {got} bytes stored, {size} sent"
-            )
 
     def write_bytes(self, name: str, data: bytes) -> None:
         """Write a small file atomically (temporary name + rename, or one PUT)."""
@@ -127,8 +273,11 @@ class Destination:
                 os.fsync(f.fileno())
             os.replace(tmp, path)
             return
-        with self.fs.open(self.path(name), "wb") as f:
-            f.write(data)
+
+        def put() -> None:
+            self.fs.pipe_file(self.path(name), data)
+
+        self._call(name, put)
 
     def sync(self, names: list[str]) -> None:
         """Make published files durable (local only; an object store's PUT already is). Done
@@ -149,8 +298,19 @@ class Destination:
             os.close(fd)
 
     def remove(self, name: str) -> None:
+        if self.local:
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm(self.path(name), recursive=True)
+            return
+
+        def rm() -> None:
+            paths = self.fs.find(self.path(name), withdirs=False) or [self.path(name)]
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm(paths)
+            self.fs.invalidate_cache(self.path(name))
+
         with contextlib.suppress(FileNotFoundError):
-            self.fs.rm(self.path(name), recursive=True)
+            self._call(name, rm, missing_ok=True)
 
     def remove_stale_temps(self) -> Iterator[str]:
         """Delete temporary files left by an interrupted local run; yield their names."""
@@ -161,3 +321,20 @@ class Destination:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(os.path.join(self.root, name))
                 yield name
+
+
+class UploadMismatch(ConnectionError):
+    """The stored object is not what was sent: retried like a dropped connection."""
+
+
+def _etag_comparable(etag: str) -> bool:
+    """MD5-style ETags only (SSE-KMS and some stores use other schemes)."""
+    core = etag.strip('"').split("-", 1)[0]
+    return len(core) == 32 and all(c in "0123456789abcdef" for c in core.lower())
+
+
+def describe_missing(url: str) -> str:
+    if is_s3(url):
+        bucket, _ = split_s3(url)
+        return f"bucket {bucket!r} does not exist (or the path is missing)"
+    return "not found"

@@ -182,21 +182,14 @@ def load_manifest(
     source: str, storage_options: dict[str, Any] | None = None
 ) -> tuple[Manifest, str]:
     """Read and validate the manifest of ``source``; return it and its base URL."""
-    import fsspec
-
-    from wdstool.errors import StorageError
+    from wdstool.storage import read_object
 
     url = manifest_url_for(source)
     try:
-        with fsspec.open(url, "rb", **(storage_options or {})) as f:
-            data = f.read()
+        data = read_object(url, storage_options)
     except FileNotFoundError:
         raise ShardError(
             f"{url}: no manifest found (pack with `wdstool pack`, or pass a brace pattern "
             "of shard URLs)"
         ) from None
-    except PermissionError as exc:
-        raise StorageError(f"{url}: access denied: {exc}") from None
-    except OSError as exc:
-        raise StorageError(f"{url}: cannot read manifest: {exc}") from None
     return parse_manifest(data, url), base_url_of(url)

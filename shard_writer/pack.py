@@ -209,7 +209,15 @@ def _reusable(dest: Destination, spec: ShardSpec) -> ShardOutcome | None:
         outcome = ShardOutcome.from_json(raw)
     except (KeyError, TypeError, ValueError):
         return None
-    if dest.size(spec.name) != outcome.filesize:
+    if not dest.local:
+        # an object store's PUT is atomic and the upload was checked (size, ETag) before the
+        # marker was written: the same ETag now means the same bytes, without downloading them
+        info = dest.info(spec.name)
+        if info is None or int(info["size"]) != outcome.filesize:
+            return None
+        if outcome.etag and info.get("ETag") == outcome.etag:
+            return outcome
+    elif dest.size(spec.name) != outcome.filesize:
         return None
     if hash_file(dest, spec.name) != (outcome.filesize, outcome.sha256):
         log.warning("%s: content differs from its marker; rewriting", dest.display(spec.name))

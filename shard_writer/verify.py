@@ -6,8 +6,7 @@ import hashlib
 from collections.abc import Callable
 from typing import Any
 
-import fsspec
-
+from loaders.source import open_shard
 from loaders.tario import TarSampleReader
 from shard_writer.manifest import Manifest, load_manifest, manifest_url_for, resolve_shard_url
 from wdstool.errors import ShardError, WdsToolError
@@ -49,7 +48,7 @@ def inspect_dataset(source: str, *, nkeys: int = 5, storage_options: dict | None
     keys: list[str] = []
     if nkeys and manifest.shards:
         url = resolve_shard_url(base, manifest.shards[0].url)
-        with fsspec.open(url, "rb", **(storage_options or {})) as f:
+        with open_shard(url, storage_options) as f:
             for sample in TarSampleReader(f, url, keep=lambda ext: False):
                 keys.append(sample.key)
                 if len(keys) >= nkeys:
@@ -104,8 +103,11 @@ def verify_shard(
     entry = manifest.shards[index]
     url = resolve_shard_url(base, entry.url)
     try:
-        f = fsspec.open(url, "rb", **(storage_options or {})).open()
-    except FileNotFoundError:
+        f = open_shard(url, storage_options)
+        f.peek(1)  # remote shards open lazily: fail here, with this message, when missing
+    except ShardError as exc:
+        if "not found" not in exc.message:
+            raise
         raise ShardError(f"{url}: shard listed in the manifest is missing") from None
     with f:
         reader = _HashingReader(f, on_bytes)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, BinaryIO
 
-from shard_writer.dest import STATE_DIR, Destination
+from shard_writer.dest import STATE_DIR, Destination, ETagHasher
 from shard_writer.image import BadImage
 from shard_writer.layout import ShardSpec
 from shard_writer.probe import EncodeOptions, payload_for
@@ -49,6 +49,7 @@ class ShardOutcome:
     filesize: int
     sha256: str
     source_bytes: int
+    etag: str | None = None  # as stored (remote destinations)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -57,6 +58,7 @@ class ShardOutcome:
             "filesize": self.filesize,
             "sha256": self.sha256,
             "source_bytes": self.source_bytes,
+            "etag": self.etag,
         }
 
     @classmethod
@@ -67,6 +69,7 @@ class ShardOutcome:
             filesize=int(obj["filesize"]),
             sha256=str(obj["sha256"]),
             source_bytes=int(obj.get("source_bytes", 0)),
+            etag=obj.get("etag"),
         )
 
 
@@ -78,8 +81,9 @@ class _BackgroundWriter:
     """Writes and hashes in a thread (both release the GIL), in blocks of ``block`` bytes, so
     reading the next source files overlaps with writing and hashing the previous ones."""
 
-    def __init__(self, out: BinaryIO, block: int = 4 << 20) -> None:
+    def __init__(self, out: BinaryIO, block: int = 4 << 20, etag: ETagHasher | None = None) -> None:
         self._out = out
+        self.etag = etag
         self._block = block
         self._parts: list[bytes] = []
         self._pending = 0
@@ -95,6 +99,8 @@ class _BackgroundWriter:
                 try:
                     self._out.write(block)
                     self.digest.update(block)
+                    if self.etag is not None:
+                        self.etag.update(block)
                 except BaseException as exc:  # re-raised in the producer by close()
                     self._error = exc
 
@@ -132,7 +138,7 @@ def write_shard(task: ShardTask, on_sample: Callable[[int], None] | None = None)
     nsamples = filesize = source_bytes = 0
     try:
         with open(tmp, "wb", buffering=0) as out:
-            sink = _BackgroundWriter(out)
+            sink = _BackgroundWriter(out, etag=None if dest.local else ETagHasher())
             write = sink.write
 
             for f, info, key in zip(spec.samples, spec.infos, spec.keys, strict=True):
@@ -163,7 +169,9 @@ def write_shard(task: ShardTask, on_sample: Callable[[int], None] | None = None)
             filesize += len(END)
             sink.close()
         # no fsync here: pack syncs every shard once, just before index.json is written
-        dest.publish(tmp, spec.name)
+        stored_etag = dest.publish(
+            tmp, spec.name, etag=sink.etag.etag() if sink.etag is not None else None
+        )
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -173,6 +181,7 @@ def write_shard(task: ShardTask, on_sample: Callable[[int], None] | None = None)
         filesize=filesize,
         sha256=sink.digest.hexdigest(),
         source_bytes=source_bytes,
+        etag=stored_etag,
     )
     dest.write_bytes(marker_name(spec.name), json.dumps(outcome.to_json()).encode("ascii"))
     return outcome

@@ -87,3 +87,22 @@ def dir_bytes(path: Path) -> dict[str, bytes]:
         for p in sorted(path.rglob("*"))
         if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
     }
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """moto's S3 server on 127.0.0.1 (a free port), in its own process, for the whole session."""
+    from wdstool.locals3 import LocalS3
+
+    with LocalS3() as s3:
+        yield s3
+
+
+@pytest.fixture
+def s3_bucket(s3_server) -> str:
+    """A fresh, empty bucket on the session's S3 server."""
+    import uuid
+
+    name = f"t-{uuid.uuid4().hex[:16]}"
+    s3_server.make_bucket(name)
+    return name

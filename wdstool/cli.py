@@ -22,6 +22,30 @@ def _progress_enabled(quiet: bool) -> bool:
     return not quiet and sys.stderr.isatty()
 
 
+def storage_options_from_cli(f):
+    """``--endpoint-url`` and ``--anon``, passed to the command as ``storage_options``."""
+    import functools
+
+    @click.option(
+        "--endpoint-url",
+        default=None,
+        metavar="URL",
+        help="S3-compatible endpoint for s3:// URLs (default: AWS_ENDPOINT_URL_S3 / "
+        "AWS_ENDPOINT_URL, else AWS). Credentials come from the usual AWS variables or profile.",
+    )
+    @click.option("--anon", is_flag=True, help="Unsigned S3 requests (public buckets).")
+    @functools.wraps(f)
+    def wrapper(*args, endpoint_url: str | None, anon: bool, **kwargs):
+        options: dict[str, Any] = {}
+        if endpoint_url:
+            options["endpoint_url"] = endpoint_url
+        if anon:
+            options["anon"] = True
+        return f(*args, storage_options=options or None, **kwargs)
+
+    return wrapper
+
+
 def _emit_json(obj: Any) -> None:
     click.echo(json.dumps(obj, indent=2, sort_keys=True))
 
@@ -184,6 +208,7 @@ def sample_data_cmd(
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no human summary.")
+@storage_options_from_cli
 def pack_cmd(
     src: str,
     dest: str,
@@ -202,6 +227,7 @@ def pack_cmd(
     sync: bool,
     as_json: bool,
     quiet: bool,
+    storage_options: dict[str, Any] | None,
 ) -> None:
     """Convert the ImageFolder tree SRC (SRC/<class>/<image>) into tar shards in DEST.
 
@@ -210,6 +236,9 @@ def pack_cmd(
     KEY.cls (class index) and KEY.json (source path, class, width, height). The same input
     and options always give byte-identical shards. An interrupted pack is finished by
     running the same command again.
+
+    DEST may be a local folder or any fsspec URL, e.g. s3://bucket/prefix: each shard is built
+    locally, uploaded whole, checked (size and ETag), and index.json is uploaded last.
     """
     from tqdm import tqdm
 
@@ -257,7 +286,14 @@ def pack_cmd(
             )
 
     try:
-        summary = pack(src, dest, options, progress=progress, on_total=on_total)
+        summary = pack(
+            src,
+            dest,
+            options,
+            progress=progress,
+            on_total=on_total,
+            storage_options=storage_options,
+        )
     finally:
         bar.close()
     if as_json:
@@ -297,14 +333,17 @@ def pack_cmd(
     help="How many sample keys to show.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON on stdout.")
-def inspect_cmd(source: str, nkeys: int, as_json: bool) -> None:
+@storage_options_from_cli
+def inspect_cmd(
+    source: str, nkeys: int, as_json: bool, storage_options: dict[str, Any] | None
+) -> None:
     """Show the shards, samples, classes and sizes of a packed dataset.
 
     SOURCE is a folder or prefix holding index.json, or the manifest's own path/URL.
     """
     from shard_writer.verify import inspect_dataset
 
-    info = inspect_dataset(source, nkeys=nkeys)
+    info = inspect_dataset(source, nkeys=nkeys, storage_options=storage_options)
     if as_json:
         _emit_json(info)
         return
@@ -336,7 +375,10 @@ def inspect_cmd(source: str, nkeys: int, as_json: bool) -> None:
 @click.option("--decode", is_flag=True, help="Also decode every image.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def verify_cmd(source: str, decode: bool, as_json: bool, quiet: bool) -> None:
+@storage_options_from_cli
+def verify_cmd(
+    source: str, decode: bool, as_json: bool, quiet: bool, storage_options: dict[str, Any] | None
+) -> None:
     """Re-read every shard and check it against index.json.
 
     Checks sizes, sha256, tar structure, member layout (KEY.<image>, KEY.cls) and sample counts;
@@ -355,7 +397,9 @@ def verify_cmd(source: str, decode: bool, as_json: bool, quiet: bool) -> None:
         desc="verify",
     )
     try:
-        report = verify_dataset(source, decode=decode, on_bytes=bar.update)
+        report = verify_dataset(
+            source, decode=decode, on_bytes=bar.update, storage_options=storage_options
+        )
     finally:
         bar.close()
     if as_json:
@@ -512,7 +556,15 @@ def _plot_bench(report: dict, path: str) -> None:
     help="Also measure decode + augmentation alone in as many processes as workers.",
 )
 @click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True)
-@click.option("--endpoint-url", default=None, help="S3-compatible endpoint for s3:// sources.")
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Keep a local copy of remote shards here (shared by workers and ranks).",
+)
+@click.option(
+    "--cache-limit", type=BYTE_SIZE, default=None, help="Evict least recently used beyond this."
+)
 @click.option(
     "--json",
     "json_path",
@@ -528,6 +580,7 @@ def _plot_bench(report: dict, path: str) -> None:
     help="Write a PNG: throughput vs workers and the wait-time histogram.",
 )
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+@storage_options_from_cli
 def stream_bench_cmd(
     source: str,
     batch_size: int,
@@ -544,7 +597,9 @@ def stream_bench_cmd(
     compare: tuple[str, ...],
     with_ceiling: bool,
     repeats: int,
-    endpoint_url: str | None,
+    cache_dir: str | None,
+    cache_limit: int | None,
+    storage_options: dict[str, Any] | None,
     json_path: str | None,
     plot_path: str | None,
     quiet: bool,
@@ -585,7 +640,9 @@ def stream_bench_cmd(
         webdataset=webdataset,
         with_ceiling=with_ceiling,
         repeats=repeats,
-        storage_options={"endpoint_url": endpoint_url} if endpoint_url else None,
+        storage_options=storage_options,
+        cache_dir=cache_dir,
+        cache_limit=cache_limit,
     )
     bar = tqdm(unit="batch", disable=not _progress_enabled(quiet), file=sys.stderr, desc="bench")
 

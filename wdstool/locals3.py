@@ -1,0 +1,144 @@
+"""A local S3-compatible server for tests, the demo and benchmarks: moto's, on 127.0.0.1 only.
+
+It runs in its own process (so it does not share a GIL with the code it serves; it exits when
+its parent does) on a free port
+chosen by the kernel; ``LocalS3`` starts it, waits until it answers, and stops it on exit::
+
+    with LocalS3() as s3:
+        storage_options = s3.storage_options  # endpoint_url + dummy credentials
+        s3.make_bucket("data")
+
+``python -m wdstool.locals3`` runs one in the foreground and prints its endpoint. Needs the
+``dev`` extra (``moto[server]``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from typing import Any
+
+HOST = "127.0.0.1"
+ACCESS_KEY = "testing"
+SECRET_KEY = "testing"  # moto accepts any credentials; these are not secrets
+REGION = "us-east-1"
+
+
+def _child() -> None:
+    """Run the server; report its port on stdout; stop when stdin closes (the parent left)."""
+    try:
+        from moto.server import ThreadedMotoServer
+    except ImportError as exc:  # pragma: no cover - depends on the installed extras
+        print(f"ERROR moto is not installed ({exc}); pip install 'wdstool[dev]'", flush=True)
+        return
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
+    server = ThreadedMotoServer(ip_address=HOST, port=0, verbose=False)
+    server.start()
+    print(f"PORT {server.get_host_and_port()[1]}", flush=True)
+    sys.stdin.read()  # EOF when the parent closes the pipe or dies
+    server.stop()
+
+
+class LocalS3:
+    """moto's S3 server in a child process on 127.0.0.1, any free port."""
+
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        """``env``: extra environment for the server, e.g. ``INITIAL_NO_AUTH_ACTION_COUNT=0``
+        to make moto check credentials and IAM policies."""
+        self.port: int | None = None
+        self._env = env
+        self._proc: subprocess.Popen[str] | None = None
+
+    @property
+    def endpoint_url(self) -> str:
+        assert self.port is not None, "start() first"
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        return {
+            "endpoint_url": self.endpoint_url,
+            "key": ACCESS_KEY,
+            "secret": SECRET_KEY,
+            "client_kwargs": {"region_name": REGION},
+        }
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment variables that point AWS tools (and wdstool) at this server."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_REGION": REGION,
+            "AWS_DEFAULT_REGION": REGION,
+        }
+
+    def start(self) -> LocalS3:
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "wdstool.locals3", "--child"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **(self._env or {})},
+        )
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline().strip()
+        if not line.startswith("PORT "):
+            self.stop()
+            raise RuntimeError(f"local S3 server did not start: {line[6:] or 'no answer'}")
+        self.port = int(line.split()[1])
+        return self
+
+    def stop(self) -> None:
+        if self._proc is None:
+            return
+        with contextlib.suppress(OSError):
+            self._proc.stdin.close()  # type: ignore[union-attr]
+        try:
+            self._proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        self._proc = None
+
+    def __enter__(self) -> LocalS3:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def client(self):
+        """A boto3-compatible botocore S3 client for this server."""
+        import botocore.session
+
+        return botocore.session.get_session().create_client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
+            region_name=REGION,
+        )
+
+    def make_bucket(self, name: str) -> None:
+        self.client().create_bucket(Bucket=name)
+
+
+def main() -> None:  # pragma: no cover - interactive helper
+    if sys.argv[1:] == ["--child"]:
+        _child()
+        return
+    with LocalS3() as s3:
+        print(f"local S3 server at {s3.endpoint_url} (Ctrl-C stops it)", flush=True)
+        for k, v in s3.env.items():
+            print(f"export {k}={v}")
+        with contextlib.suppress(KeyboardInterrupt):
+            s3._proc.wait()  # type: ignore[union-attr]
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
