@@ -25,10 +25,12 @@ _UNITS = {
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 
-def parse_size(text: str | int) -> int:
+def parse_size(text: str | float) -> int:
     """'256MB' -> 256_000_000, '1.5GiB' -> 1610612736, '4096' -> 4096. Raises ValueError."""
-    if isinstance(text, int):
-        return text
+    if isinstance(text, bool):
+        raise ValueError(f"{text!r} is not a size")
+    if isinstance(text, int | float):
+        return int(text)
     m = _SIZE_RE.match(text)
     if not m or m.group(2).lower() not in _UNITS:
         raise ValueError(f"{text!r} is not a size (examples: 256MB, 1.5GiB, 1000000)")

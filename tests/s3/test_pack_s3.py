@@ -218,3 +218,22 @@ class socketserver_port:
 
     def __exit__(self, *exc: object) -> None:
         pass
+
+
+def test_pack_through_faults_gives_the_same_bytes(
+    tree: Path, local_ref: Path, s3_server, s3_bucket: str
+) -> None:
+    """503 SlowDown, 500, resets and responses cut short on every other new connection: the
+    pack retries and finishes with exactly the bytes of a fault-free pack."""
+    from tests.faultproxy import FaultProxy
+
+    faults = ["503", "ok", "500", "ok", "reset", "ok", "drop:200", "ok"]
+    with FaultProxy(s3_server.port, faults, cycle=True) as proxy:
+        env = {**s3_server.env, "AWS_ENDPOINT_URL": proxy.endpoint_url}
+        url = f"s3://{s3_bucket}/faulty"
+        r = run_cli("pack", str(tree), url, "--max-count", "7", "--json", env=env)
+        injected = dict(proxy.injected)
+    assert json.loads(r.stdout)["samples"] == 60
+    assert _objects(s3_server, s3_bucket, "faulty") == dir_bytes(local_ref)
+    for kind in ("503", "500", "reset", "drop"):
+        assert injected.get(kind, 0) >= 1, injected
