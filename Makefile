@@ -31,6 +31,7 @@ demo: $(STAMP)
 	$(PY) -m wdstool pack $(DEMO_DIR)/images $(DEMO_DIR)/shards --max-count 250 --overwrite
 	$(PY) -m wdstool inspect $(DEMO_DIR)/shards
 	$(PY) -m wdstool verify $(DEMO_DIR)/shards
+	$(PY) examples/s3_demo.py $(DEMO_DIR)/images $(DEMO_DIR)/shards
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -132,6 +132,10 @@ class ShardAccess:
         if self.cache_dir is not None:
             object.__setattr__(self, "cache_dir", os.fspath(self.cache_dir))
 
+    @staticmethod
+    def is_remote(url: str) -> bool:
+        return "://" in url and not url.startswith("file://")
+
     def open(
         self,
         url: str,

@@ -8,9 +8,11 @@ DataLoader worker, so the DataLoader runs with ``batch_size=None``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,33 +42,95 @@ def _keep(ext: str) -> bool:
     return ext in KEPT_EXTENSIONS
 
 
+class _OpenAhead:
+    """Opens the next remote shard in a thread (request sent, first MB buffered) while the
+    current one is being read, so a worker does not sit idle for a request's time to first
+    byte at every shard boundary (~50 ms per 100 MB shard against moto on loopback; tens of
+    ms on S3)."""
+
+    def __init__(self, open_fn: Callable[[Slice], Any]) -> None:
+        self._open = open_fn
+        self._pool: ThreadPoolExecutor | None = None
+        self._next: tuple[int, Future[Any]] | None = None
+
+    def take(self, position: int, s: Slice) -> Any:
+        if self._next is not None and self._next[0] == position:
+            future = self._next[1]
+            self._next = None
+            return future.result()
+        return self._open(s)
+
+    def start(self, position: int, s: Slice) -> None:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="shard-open-ahead")
+
+        def work() -> Any:
+            f = self._open(s)
+            try:
+                f.peek(1)
+            except BaseException:
+                f.close()
+                raise
+            return f
+
+        self._next = (position, self._pool.submit(work))
+
+    def close(self) -> None:
+        if self._next is not None:
+            future = self._next[1]
+            self._next = None
+            with contextlib.suppress(Exception):
+                future.result().close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+
 def read_slices(
     slices: Iterable[Slice],
     index: DatasetIndex | tuple[str, ...],
     access: ShardAccess | None = None,
+    *,
+    open_ahead: bool = True,
 ) -> Iterator[Located]:
     """Yield the samples of each slice, in order: skip ``start`` samples by headers alone, then
-    yield ``stop - start``. A shard with fewer samples than the manifest says is an error."""
+    yield ``stop - start``. A shard with fewer samples than the manifest says is an error.
+    Remote shards are opened one ahead (``open_ahead``)."""
     if not isinstance(index, DatasetIndex):
         index = DatasetIndex(urls=tuple(index), sizes=(0,) * len(index))
     access = access or ShardAccess()
-    for s in slices:
-        url = index.urls[s.shard]
-        with access.open(url, size=index.size_of(s.shard), sha256=index.sha256_of(s.shard)) as f:
-            reader = TarSampleReader(f, url, keep=_keep)
-            if s.start:
-                reader.skip(s.start)
-            it = iter(reader)
-            for i in range(s.stop - s.start):
-                try:
-                    sample = next(it)
-                except StopIteration:
-                    raise ShardError(
-                        f"{url}: ends after {s.start + i} samples; the manifest promised at least "
-                        f"{s.stop} (re-pack, or run `wdstool verify`)"
-                    ) from None
-                yield Located(url, sample)
-            complete(f)  # a cache fill in progress gets the rest of the shard and is published
+    slices = list(slices)
+
+    def open_slice(s: Slice) -> Any:
+        i = s.shard
+        return access.open(index.urls[i], size=index.size_of(i), sha256=index.sha256_of(i))
+
+    ahead = _OpenAhead(open_slice)
+    try:
+        for pos, s in enumerate(slices):
+            url = index.urls[s.shard]
+            with ahead.take(pos, s) as f:
+                if open_ahead and pos + 1 < len(slices):
+                    nxt = slices[pos + 1]
+                    if access.is_remote(index.urls[nxt.shard]):
+                        f.peek(1)  # this shard's request goes first
+                        ahead.start(pos + 1, nxt)
+                reader = TarSampleReader(f, url, keep=_keep)
+                if s.start:
+                    reader.skip(s.start)
+                it = iter(reader)
+                for i in range(s.stop - s.start):
+                    try:
+                        sample = next(it)
+                    except StopIteration:
+                        raise ShardError(
+                            f"{url}: ends after {s.start + i} samples; the manifest promised at "
+                            f"least {s.stop} (re-pack, or run `wdstool verify`)"
+                        ) from None
+                    yield Located(url, sample)
+                complete(f)  # a cache fill in progress gets the rest of the shard, published
+    finally:
+        ahead.close()
 
 
 def buffer_shuffle(

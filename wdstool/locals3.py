@@ -59,6 +59,12 @@ class LocalS3:
         return f"http://{HOST}:{self.port}"
 
     @property
+    def pid(self) -> int:
+        """The server process (for CPU accounting)."""
+        assert self._proc is not None, "start() first"
+        return self._proc.pid
+
+    @property
     def storage_options(self) -> dict[str, Any]:
         return {
             "endpoint_url": self.endpoint_url,
