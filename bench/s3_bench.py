@@ -15,7 +15,9 @@ SHARDS is a packed dataset folder (index.json + shards). The script starts a loc
 Ratios are taken pair by pair within a repeat; medians are printed. The server shares the
 machine's cores with the readers: with as many workers as cores, the CPU the server spends
 serving is taken from decoding, which a remote store would not do; ``server_cpu_ms_per_mb``
-and ``client_cpu_ms_per_mb`` (one process reading one shard) say how much that is.
+and ``client_cpu_ms_per_mb`` (one process reading one shard) say how much that is, and an
+extra pair per repeat pins the server alone to the last core and the loader (cores - 1
+workers) to the others, so what remains of the gap is the client's own cost.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import statistics
 import time
 from pathlib import Path
@@ -117,8 +120,17 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--image-size", type=int, default=224)
     ap.add_argument("--json", dest="json_path")
+    ap.add_argument(
+        "--no-isolate",
+        dest="isolate",
+        action="store_false",
+        help="skip the extra pair with the server pinned alone to the last core",
+    )
     args = ap.parse_args()
     worker_counts = [int(w) for w in str(args.workers).split(",")]
+    cores = sorted(os.sched_getaffinity(0))
+    iso_core = cores[-1]
+    iso_workers = len(cores) - 1 if args.isolate and len(cores) > 1 else 0
     raw_workers = max(worker_counts)
     local = Path(args.shards)
     manifest = json.loads((local / "index.json").read_text())
@@ -160,6 +172,23 @@ def main() -> None:
                         r = loader_epoch(source, opts, w, args.batch_size, args.image_size)
                         loader_runs.setdefault(f"{name} w{w}", []).append(r)
                         note(f"loader {name} w{w}", r["images_per_s"], "images/s")
+                if iso_workers:
+                    # the server alone on the last core, loader and workers on the others: what
+                    # is left of the gap is the client's own cost
+                    everything = os.sched_getaffinity(0)
+                    os.sched_setaffinity(s3.pid, {iso_core})
+                    os.sched_setaffinity(0, everything - {iso_core})
+                    try:
+                        for name, source, opts in pair if rep % 2 == 0 else pair[::-1]:
+                            r = loader_epoch(
+                                source, opts, iso_workers, args.batch_size, args.image_size
+                            )
+                            key = f"{name} w{iso_workers} isolated"
+                            loader_runs.setdefault(key, []).append(r)
+                            note(f"loader {key}", r["images_per_s"], "images/s")
+                    finally:
+                        os.sched_setaffinity(0, everything)
+                        os.sched_setaffinity(s3.pid, everything)
 
     def ratio(a: list[float], b: list[float]) -> dict:
         pairs = [x / y for x, y in zip(a, b, strict=True)]
@@ -173,6 +202,11 @@ def main() -> None:
     for w in worker_counts:
         ratios[f"loader s3 / local, {w} workers"] = ratio(
             results[f"loader s3 w{w}"], results[f"loader local w{w}"]
+        )
+    if iso_workers:
+        ratios[f"loader s3 / local, {iso_workers} workers, server isolated"] = ratio(
+            results[f"loader s3 w{iso_workers} isolated"],
+            results[f"loader local w{iso_workers} isolated"],
         )
     print(f"\nmedians of {args.repeats}:")
     for name, values in results.items():
