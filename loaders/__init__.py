@@ -5,5 +5,6 @@
 
 from loaders.decode import normalize
 from loaders.loader import StreamingLoader, make_loader
+from wdstool.storage import RetryPolicy
 
-__all__ = ["StreamingLoader", "make_loader", "normalize"]
+__all__ = ["RetryPolicy", "StreamingLoader", "make_loader", "normalize"]
