@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import os
-import random
 import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -20,9 +19,9 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from loaders.plan import RankPlan, Uneven, num_batches, plan_epoch
+from loaders.plan import RankPlan, Segment, Uneven, num_batches, plan_epoch, plan_resumed
 from loaders.source import DatasetIndex, ShardAccess, resolve_source
-from loaders.stream import BatchAssembler, DecodeSpec, buffer_shuffle, read_slices
+from loaders.stream import BatchAssembler, DecodeSpec, shard_reader, worker_stream
 from loaders.topology import Topology, cores_per_rank, detect_topology
 from wdstool.errors import ConfigError
 from wdstool.storage import DEFAULT_RETRY, RetryPolicy
@@ -110,14 +109,41 @@ class ShardStreamDataset(IterableDataset):
         self._shared[0] = epoch
 
     def __len__(self) -> int:
+        if self.resume is not None and self.resume.epoch == self.epoch:
+            return self.plan().remaining_batches
         return self._len
+
+    # set by StreamingLoader.load_state_dict before workers start: (epoch, history)
+    resume: Resume | None = None
 
     def plan(self, epoch: int | None = None) -> RankPlan:
         c = self.config
+        epoch = self.epoch if epoch is None else epoch
+        if self.resume is not None and self.resume.epoch == epoch:
+            key = (epoch, self.resume)
+            cached = getattr(self, "_resumed_plan", None)
+            if cached is not None and cached[0] == key:
+                return cached[1]
+            plan = plan_resumed(
+                self.index.sizes,
+                self.resume.history,
+                seed=c.seed,
+                epoch=epoch,
+                rank=self.topology.rank,
+                world_size=self.topology.world_size,
+                num_workers=c.num_workers,
+                batch_size=c.batch_size,
+                shuffle=c.shuffle,
+                shuffle_buffer=c.shuffle_buffer,
+                uneven=c.uneven,
+                drop_last=c.drop_last,
+            )
+            self._resumed_plan = (key, plan)
+            return plan
         return plan_epoch(
             self.index.sizes,
             seed=c.seed,
-            epoch=self.epoch if epoch is None else epoch,
+            epoch=epoch,
             rank=self.topology.rank,
             world_size=self.topology.world_size,
             num_workers=c.num_workers,
@@ -137,16 +163,14 @@ class ShardStreamDataset(IterableDataset):
                 f"with {nworkers}; build the DataLoader with make_loader()"
             )
         c = self.config
-        wplan = self.plan().workers[worker]
-        samples = read_slices(wplan.slices, self.index, self.access)
-        if c.shuffle and wplan.shuffle_seed is not None and c.shuffle_buffer > 1:
-            samples = buffer_shuffle(
-                samples,
-                c.shuffle_buffer,
-                random.Random(wplan.shuffle_seed),
-                initial=min(c.shuffle_buffer, max(100, c.batch_size)),
-            )
-        aug_seed = (wplan.shuffle_seed or 0) ^ 0x5A5A_5A5A ^ (self.epoch << 20) ^ worker
+        plan = self.plan()
+        wplan = plan.workers[(worker + plan.rotation) % len(plan.workers)]
+        samples = worker_stream(
+            wplan,
+            shard_reader(self.index, self.access),
+            shuffle_buffer=c.shuffle_buffer if c.shuffle else 0,
+            batch_size=c.batch_size,
+        )
         assembler = BatchAssembler(
             DecodeSpec(
                 image_size=c.image_size,
@@ -155,20 +179,45 @@ class ShardStreamDataset(IterableDataset):
                 transform=self.transform,
                 on_error=c.on_error.value,
             ),
-            random.Random(f"aug:{c.seed}:{self.epoch}:{self.topology.rank}:{worker}:{aug_seed}"),
+            f"aug:{c.seed}:{self.epoch}",
             shared=info is not None,
         )
         yield from assembler.batches(samples, wplan, c.batch_size)
 
 
-class StreamingLoader:
-    """What ``make_loader`` returns: iterate it for batches; ``set_epoch`` before each epoch."""
+@dataclass(frozen=True)
+class Resume:
+    """Where an interrupted epoch stopped: the segments it ran (topology and batches each)."""
 
-    def __init__(self, dataset: ShardStreamDataset, dataloader: DataLoader) -> None:
+    epoch: int
+    history: tuple[Segment, ...]
+
+
+STATE_FORMAT = "wdstool.loader-state"
+STATE_VERSION = 1
+
+
+class StreamingLoader:
+    """What ``make_loader`` returns: iterate it for batches; ``set_epoch`` before each epoch.
+
+    ``state_dict()`` / ``load_state_dict(state)`` resume an epoch exactly where it stopped, on
+    the same topology (the very batches an uninterrupted run would deliver next) or on another
+    world size, worker count or per-rank batch size (every sample not yet delivered this epoch
+    is delivered exactly once; the next epoch is a fresh one of the new topology).
+    """
+
+    def __init__(
+        self,
+        dataset: ShardStreamDataset,
+        dataloader: DataLoader,
+        dataloader_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         self.dataset = dataset
         self.dataloader = dataloader
+        self._dataloader_kwargs = dataloader_kwargs
+        self._started = False
         self.num_replaced = 0
-        self.batches_delivered = 0
+        self.batches_delivered = 0  # in the current pass over the loader
         self.bytes_read = 0  # compressed bytes of the samples delivered (all epochs)
 
     def __len__(self) -> int:
@@ -176,6 +225,8 @@ class StreamingLoader:
 
     def set_epoch(self, epoch: int) -> None:
         """Reshuffle for ``epoch``: the same (seed, epoch, topology) gives the same order."""
+        if epoch != self.dataset.epoch:
+            self.batches_delivered = 0
         self.dataset.set_epoch(epoch)
 
     @property
@@ -191,16 +242,121 @@ class StreamingLoader:
         return self.dataset.topology
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        self._started = True
         self.batches_delivered = 0
+        expected = len(self)
         for batch in self.dataloader:
             self.num_replaced += int(batch.pop("num_replaced", 0))
             self.bytes_read += int(batch.pop("num_bytes", 0))
             self.batches_delivered += 1
             yield batch
-        if self.batches_delivered != len(self):
+        if self.batches_delivered != expected:
             raise RuntimeError(
-                f"internal error: delivered {self.batches_delivered} batches, planned {len(self)}"
+                f"internal error: delivered {self.batches_delivered} batches, planned {expected}"
             )
+
+    # --- resume --------------------------------------------------------------------------
+    def _segment(self, batches: int) -> Segment:
+        c, t = self.config, self.topology
+        return Segment(t.world_size, c.num_workers, c.batch_size, batches)
+
+    def state_dict(self) -> dict[str, Any]:
+        """A small JSON-serialisable dict: epoch, batches delivered this epoch on this rank, the
+        topology (and those of earlier segments of this epoch), seed, the data set's identity.
+        Save it on every rank at the same step (as DDP training does)."""
+        c = self.config
+        ds = self.dataset
+        resume = ds.resume if ds.resume is not None and ds.resume.epoch == ds.epoch else None
+        if resume is None:
+            history: list[Segment] = [self._segment(self.batches_delivered)]
+        else:
+            plan = ds.plan()
+            history = list(resume.history)
+            here = self._segment(0)
+            last = history[-1]
+            if (last.world_size, last.num_workers, last.batch_size) == (
+                here.world_size,
+                here.num_workers,
+                here.batch_size,
+            ):
+                history[-1] = self._segment(plan.resume_at + self.batches_delivered)
+            else:
+                history.append(self._segment(self.batches_delivered))
+        return {
+            "format": STATE_FORMAT,
+            "version": STATE_VERSION,
+            "dataset": ds.index.identity,
+            "num_samples": ds.index.num_samples,
+            "epoch": ds.epoch,
+            "rank": self.topology.rank,
+            "batches": history[-1].batches,
+            "seed": c.seed,
+            "shuffle": c.shuffle,
+            "shuffle_buffer": c.shuffle_buffer,
+            "uneven": c.uneven.value,
+            "drop_last": c.drop_last,
+            "segments": [
+                {
+                    "world_size": g.world_size,
+                    "num_workers": g.num_workers,
+                    "batch_size": g.batch_size,
+                    "batches": g.batches,
+                }
+                for g in history
+            ],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue the epoch ``state`` was saved in; call before iterating. Raises ConfigError
+        for a state of another data set, another version, or other shuffle settings."""
+        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+            raise ConfigError("not a wdstool loader state (missing 'format')")
+        if state.get("version") != STATE_VERSION:
+            raise ConfigError(
+                f"loader state version {state.get('version')!r} is not supported "
+                f"(this wdstool reads version {STATE_VERSION})"
+            )
+        ds, c = self.dataset, self.config
+        if state.get("dataset") != ds.index.identity:
+            raise ConfigError(
+                "the loader state belongs to another data set (manifest identity "
+                f"{str(state.get('dataset'))[:12]}..., this one {ds.index.identity[:12]}...); "
+                "refusing to restart from zero silently"
+            )
+        for key, mine in (
+            ("seed", c.seed),
+            ("shuffle", c.shuffle),
+            ("shuffle_buffer", c.shuffle_buffer),
+            ("uneven", c.uneven.value),
+            ("drop_last", c.drop_last),
+        ):
+            if state.get(key) != mine:
+                raise ConfigError(
+                    f"the loader state was saved with {key}={state.get(key)!r}; this loader has "
+                    f"{key}={mine!r} (they must match to resume)"
+                )
+        try:
+            epoch = int(state["epoch"])
+            history = tuple(
+                Segment(
+                    int(g["world_size"]),
+                    int(g["num_workers"]),
+                    int(g["batch_size"]),
+                    int(g["batches"]),
+                )
+                for g in state["segments"]
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"malformed loader state: {exc!r}") from None
+        if not history or epoch < 0:
+            raise ConfigError("malformed loader state: no segments")
+        ds.set_epoch(epoch)
+        ds.resume = Resume(epoch, history)
+        ds.plan()  # validates the history against this data set now, not in a worker
+        self.batches_delivered = 0
+        if self._started and self._dataloader_kwargs is not None:
+            # persistent workers hold the old dataset copy: start fresh ones
+            self.dataloader = DataLoader(ds, **self._dataloader_kwargs)
 
 
 def _worker_init(_worker_id: int) -> None:
@@ -299,9 +455,8 @@ def make_loader(
             persistent_workers=persistent_workers,
             multiprocessing_context=multiprocessing_context,
         )
-    dataloader = DataLoader(
-        dataset, batch_size=None, num_workers=workers, pin_memory=pin_memory, **kwargs
-    )
+    kwargs.update(batch_size=None, num_workers=workers, pin_memory=pin_memory)
+    dataloader = DataLoader(dataset, **kwargs)
     log.info(
         "loader: %d samples in %d shards, rank %d/%d, %d workers, %d batches of %d per epoch",
         index.num_samples,
@@ -312,7 +467,7 @@ def make_loader(
         len(dataset),
         batch_size,
     )
-    return StreamingLoader(dataset, dataloader)
+    return StreamingLoader(dataset, dataloader, kwargs)
 
 
 __all__ = ["LoaderConfig", "StreamingLoader", "default_num_workers", "make_loader"]

@@ -46,6 +46,40 @@ class Slice:
         return self.stop - self.start
 
 
+@dataclass(frozen=True)
+class Piece:
+    """Items [lo, hi) of the concatenated items of ``base`` (slices, or pieces in turn) from which
+    the first ``exclude`` positions of ``block_permutation(seed, len(base items))`` are removed.
+
+    A resumed epoch's remaining samples are pieces: a block a worker had partly delivered when
+    the state was saved is the whole block minus what it delivered. ``len`` is O(1)."""
+
+    base: tuple[Slice | Piece, ...]
+    lo: int
+    hi: int
+    seed: int | None = None
+    exclude: int = 0
+
+    def __len__(self) -> int:
+        return self.hi - self.lo
+
+    @property
+    def base_len(self) -> int:
+        return sum(len(b) for b in self.base)
+
+    def kept(self) -> np.ndarray:
+        """Indices into the base items that this piece yields, in order."""
+        n = self.base_len
+        if not self.exclude:
+            return np.arange(self.lo, self.hi)
+        mask = np.ones(n, dtype=bool)
+        mask[block_permutation(self.seed or 0, n)[: self.exclude]] = False
+        return np.flatnonzero(mask)[self.lo : self.hi]
+
+
+Item = Slice | Piece
+
+
 @dataclass(frozen=True, kw_only=True)
 class WorkerPlan:
     worker: int
@@ -54,6 +88,12 @@ class WorkerPlan:
     num_batches: int
     last_batch_size: int
     shuffle_seed: int | None
+    pieces: tuple[Item, ...] = ()  # a resumed epoch's stream (then ``slices`` is empty)
+    skip: int = 0  # outputs already delivered before a same-topology resume
+
+    @property
+    def items(self) -> tuple[Item, ...]:
+        return self.pieces or self.slices
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,6 +106,37 @@ class RankPlan:
     num_samples: int
     num_batches: int
     workers: tuple[WorkerPlan, ...]
+    resume_at: int = 0  # batches of this plan already delivered (same-topology resume)
+
+    @property
+    def remaining_batches(self) -> int:
+        return self.num_batches - self.resume_at
+
+    @property
+    def rotation(self) -> int:
+        """DataLoader worker i serves plan worker (i + rotation) % k: torch's round robin always
+        starts at worker 0, while a resumed epoch continues at worker resume_at % k."""
+        return self.resume_at % k_of(self.num_workers)
+
+    def loader_order(self) -> list[tuple[int, int]]:
+        """(plan worker, batch index) in the order a DataLoader delivers the remaining batches:
+        round robin over its workers from 0, skipping exhausted ones (== batch_order() after
+        resume_at)."""
+        k = k_of(self.num_workers)
+        firsts = [
+            wp.num_batches if wp.skip >= wp.num_samples else wp.skip // self.batch_size
+            for wp in self.workers
+        ]
+        queues = [list(range(firsts[w], self.workers[w].num_batches)) for w in range(k)]
+        order: list[tuple[int, int]] = []
+        active = [(i + self.rotation) % k for i in range(k)]
+        while active:
+            for w in list(active):
+                if queues[w]:
+                    order.append((w, queues[w].pop(0)))
+                if not queues[w]:
+                    active.remove(w)
+        return order
 
     def batch_order(self) -> list[tuple[int, int]]:
         """(worker, batch index in that worker) in the order torch's DataLoader delivers them:
@@ -190,10 +261,9 @@ def _take(slices: list[Slice], start: int, length: int) -> list[Slice]:
     return out
 
 
-def _shuffle_seed(seed: int, epoch: int, rank: int, worker: int) -> int:
-    state = np.random.SeedSequence([seed, epoch, rank, worker, 0xB0FF]).generate_state(
-        1, dtype=np.uint64
-    )
+def _shuffle_seed(seed: int, epoch: int, rank: int, worker: int, generation: int = 0) -> int:
+    entropy = [seed, epoch, rank, worker, 0xB0FF] + ([generation] if generation else [])
+    state = np.random.SeedSequence(entropy).generate_state(1, dtype=np.uint64)
     return int(state[0]) >> 1
 
 
@@ -240,10 +310,46 @@ def plan_epoch(
         pad_at = (begin + j) % n if real else rank % n
         rank_slices.extend(seq.slices(pad_at, 1))
 
+    return _rank_plan(
+        rank_slices,
+        total,
+        epoch=epoch,
+        rank=rank,
+        world_size=world_size,
+        num_workers=num_workers,
+        batch_size=batch_size,
+        drop_last=drop_last,
+        seeds=[
+            _shuffle_seed(seed, epoch, rank, w) if shuffle else None
+            for w in range(k_of(num_workers))
+        ],
+    )
+
+
+def k_of(num_workers: int) -> int:
+    """Streams per rank: one per DataLoader worker, one in-process stream for 0 workers."""
+    return max(1, num_workers)
+
+
+def _rank_plan(
+    rank_items: list[Item],
+    total: int,
+    *,
+    epoch: int,
+    rank: int,
+    world_size: int,
+    num_workers: int,
+    batch_size: int,
+    drop_last: bool,
+    seeds: list[int | None],
+    resumed: bool = False,
+) -> RankPlan:
+    """Split a rank's ``total`` items into per-worker contiguous chunks, sized so that batching
+    inside each worker and torch's in-order round robin yield equal, full batches but the last."""
     nb, rem = divmod(total, batch_size)
     partial = rem if rem and not drop_last else 0
     batches = nb + (1 if partial else 0)
-    k = max(1, num_workers)
+    k = k_of(num_workers)
     last_worker = (batches - 1) % k if batches else -1
     workers, pos = [], 0
     for w in range(k):
@@ -252,14 +358,16 @@ def plan_epoch(
         last = batch_size if count else 0
         if w == last_worker and partial:
             samples, last = samples - batch_size + partial, partial
+        chunk = take_items(rank_items, pos, samples)
         workers.append(
             WorkerPlan(
                 worker=w,
-                slices=_merge(_take(rank_slices, pos, samples)),
+                slices=() if resumed else _merge(chunk),  # type: ignore[arg-type]
+                pieces=tuple(chunk) if resumed else (),
                 num_samples=samples,
                 num_batches=count,
                 last_batch_size=last,
-                shuffle_seed=_shuffle_seed(seed, epoch, rank, w) if shuffle else None,
+                shuffle_seed=seeds[w],
             )
         )
         pos += samples
@@ -273,3 +381,245 @@ def plan_epoch(
         num_batches=batches,
         workers=tuple(workers),
     )
+
+
+def take_items(items: list[Item], start: int, length: int) -> list[Item]:
+    """Sub-range [start, start+length) of the concatenated items (slices and pieces)."""
+    out: list[Item] = []
+    pos = 0
+    for it in items:
+        n = len(it)
+        lo, hi = max(start, pos), min(start + length, pos + n)
+        if lo < hi:
+            a, b = lo - pos, hi - pos
+            if isinstance(it, Slice):
+                out.append(Slice(it.shard, it.start + a, it.start + b))
+            else:
+                out.append(Piece(it.base, it.lo + a, it.lo + b, it.seed, it.exclude))
+        pos += n
+        if pos >= start + length:
+            break
+    return out
+
+
+# --- shuffle blocks --------------------------------------------------------------------------
+def shuffle_blocks(total: int, buffer: int, first: int) -> list[int]:
+    """Block boundaries of a worker's stream of ``total`` items: ``[0, b1, b2, ..., total]``.
+
+    Each block is read whole (compressed bytes only) and yielded in a seeded permutation. The
+    first block holds ``first`` items so the first batch comes quickly; sizes double up to
+    ``buffer``. Because a block's permutation depends only on (seed, block index), a stream can
+    be restarted at any output position by re-reading one block: resuming costs at most one
+    shuffle buffer, wherever in the epoch the run stopped."""
+    if total <= 0:
+        return [0]
+    if buffer <= 1:
+        return [0, total]
+    bounds = [0]
+    size = max(1, min(first, buffer))
+    while bounds[-1] < total:
+        bounds.append(min(total, bounds[-1] + size))
+        size = min(buffer, size * 2)
+    return bounds
+
+
+def first_block(buffer: int, batch_size: int) -> int:
+    return max(1, min(buffer, max(100, batch_size)))
+
+
+def block_seed(worker_seed: int, block: int) -> int:
+    state = np.random.SeedSequence([worker_seed, block, 0xB10C]).generate_state(1, dtype=np.uint64)
+    return int(state[0]) >> 1
+
+
+def block_permutation(seed: int, length: int) -> np.ndarray:
+    return np.random.Generator(np.random.PCG64(seed)).permutation(length)
+
+
+def delivered_per_worker(plan: RankPlan, batches: int) -> list[int]:
+    """Samples each worker of ``plan`` had handed out when the rank had delivered ``batches``."""
+    counts = [0] * len(plan.workers)
+    for w, _b in plan.batch_order()[:batches]:
+        counts[w] += 1
+    return [
+        min(c * plan.batch_size, wp.num_samples) for c, wp in zip(counts, plan.workers, strict=True)
+    ]
+
+
+def remaining_items(plan: RankPlan, batches: int, buffer: int) -> list[Item]:
+    """What one rank had not delivered yet after ``batches`` batches of ``plan``: per worker,
+    the partly delivered shuffle block (minus what it delivered) and the rest of its stream."""
+    out: list[Item] = []
+    delivered = delivered_per_worker(plan, batches)
+    for wp, done in zip(plan.workers, delivered, strict=True):
+        n = wp.num_samples
+        if done >= n:
+            continue
+        items = list(wp.items)
+        if wp.shuffle_seed is None or buffer <= 1:
+            out.extend(take_items(items, done, n - done))
+            continue
+        bounds = shuffle_blocks(n, buffer, first_block(buffer, plan.batch_size))
+        j = int(np.searchsorted(bounds, done, side="right")) - 1
+        start, stop = bounds[j], bounds[j + 1]
+        taken = done - start
+        block = tuple(take_items(items, start, stop - start))
+        if taken:
+            out.append(Piece(block, 0, stop - start - taken, block_seed(wp.shuffle_seed, j), taken))
+        else:
+            out.extend(block)
+        out.extend(take_items(items, stop, n - stop))
+    return out
+
+
+# --- resumed epochs ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Segment:
+    """A stretch of one epoch run with one topology: ``batches`` of its plan were delivered
+    (on every rank alike)."""
+
+    world_size: int
+    num_workers: int
+    batch_size: int
+    batches: int
+
+
+def _plan_items(
+    remaining: list[Item],
+    *,
+    generation: int,
+    seed: int,
+    epoch: int,
+    rank: int,
+    world_size: int,
+    num_workers: int,
+    batch_size: int,
+    shuffle: bool,
+    uneven: Uneven,
+    drop_last: bool,
+) -> RankPlan:
+    """Like plan_epoch, over the remaining items of an interrupted epoch (kept in their order;
+    each worker shuffles its stream with seeds of this generation)."""
+    n = sum(len(it) for it in remaining)
+    q, r = divmod(n, world_size)
+    real = q + (1 if rank < r else 0)
+    begin = rank * q + min(rank, r)
+    total = samples_per_rank(n, world_size=world_size, uneven=uneven) if n else 0
+    rank_items = take_items(remaining, begin, min(real, total)) if real else []
+    for j in range(total - min(real, total)):
+        pad_at = (begin + j) % n if real else rank % n
+        rank_items.extend(take_items(remaining, pad_at, 1))
+    return _rank_plan(
+        rank_items,
+        total,
+        epoch=epoch,
+        rank=rank,
+        world_size=world_size,
+        num_workers=num_workers,
+        batch_size=batch_size,
+        drop_last=drop_last,
+        seeds=[
+            _shuffle_seed(seed, epoch, rank, w, generation) if shuffle else None
+            for w in range(k_of(num_workers))
+        ],
+        resumed=True,
+    )
+
+
+def plan_resumed(
+    shard_sizes: Sequence[int],
+    history: Sequence[Segment],
+    *,
+    seed: int,
+    epoch: int,
+    rank: int,
+    world_size: int,
+    num_workers: int,
+    batch_size: int,
+    shuffle: bool = True,
+    shuffle_buffer: int = 2000,
+    uneven: Uneven | str = "pad",
+    drop_last: bool = False,
+) -> RankPlan:
+    """The plan of one rank for the rest of an epoch interrupted after ``history``.
+
+    The last segment's topology again: that segment's plan, starting after its ``batches``
+    (``resume_at``) -- exactly what an uninterrupted run would have delivered next. Another
+    topology (elastic): every sample the earlier segments had not delivered, split over the new
+    ranks and workers as a fresh epoch would be (pad/drop rules apply to what remains), so each
+    is delivered exactly once this epoch. Costs one plan per rank of every earlier segment."""
+    mode = _uneven(uneven)
+    common = dict(seed=seed, epoch=epoch, shuffle=shuffle, uneven=mode, drop_last=drop_last)
+
+    def plan_for(remaining: list[Item] | None, generation: int, seg_rank: int, seg: Segment):
+        if remaining is None:
+            return plan_epoch(
+                shard_sizes,
+                rank=seg_rank,
+                world_size=seg.world_size,
+                num_workers=seg.num_workers,
+                batch_size=seg.batch_size,
+                **common,  # type: ignore[arg-type]
+            )
+        return _plan_items(
+            remaining,
+            generation=generation,
+            rank=seg_rank,
+            world_size=seg.world_size,
+            num_workers=seg.num_workers,
+            batch_size=seg.batch_size,
+            **common,  # type: ignore[arg-type]
+        )
+
+    here = Segment(world_size, num_workers, batch_size, 0)
+    remaining: list[Item] | None = None
+    for g, seg in enumerate(history):
+        last = g == len(history) - 1
+        same = (seg.world_size, seg.num_workers, seg.batch_size) == (
+            world_size,
+            num_workers,
+            batch_size,
+        )
+        if last and same:
+            plan = plan_for(remaining, g, rank, seg)
+            if not 0 <= seg.batches <= plan.num_batches:
+                raise ConfigError(
+                    f"the state says {seg.batches} batches were delivered, but this epoch has "
+                    f"{plan.num_batches} on each rank"
+                )
+            skips = delivered_per_worker(plan, seg.batches)
+            workers = tuple(
+                WorkerPlan(
+                    worker=wp.worker,
+                    slices=wp.slices,
+                    pieces=wp.pieces,
+                    num_samples=wp.num_samples,
+                    num_batches=wp.num_batches,
+                    last_batch_size=wp.last_batch_size,
+                    shuffle_seed=wp.shuffle_seed,
+                    skip=skip,
+                )
+                for wp, skip in zip(plan.workers, skips, strict=True)
+            )
+            return RankPlan(
+                epoch=plan.epoch,
+                rank=plan.rank,
+                world_size=plan.world_size,
+                num_workers=plan.num_workers,
+                batch_size=plan.batch_size,
+                num_samples=plan.num_samples,
+                num_batches=plan.num_batches,
+                workers=workers,
+                resume_at=seg.batches,
+            )
+        nxt: list[Item] = []
+        for r in range(seg.world_size):
+            plan = plan_for(remaining, g, r, seg)
+            if not 0 <= seg.batches <= plan.num_batches:
+                raise ConfigError(
+                    f"the state says {seg.batches} batches were delivered, but that epoch had "
+                    f"{plan.num_batches} on each rank"
+                )
+            nxt.extend(remaining_items(plan, seg.batches, shuffle_buffer if shuffle else 0))
+        remaining = nxt
+    return plan_for(remaining, len(history), rank, here)

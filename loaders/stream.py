@@ -1,14 +1,16 @@
 """Execute one worker's share of the epoch plan: read, buffer-shuffle, decode, batch.
 
 Each stage is a plain generator over an iterator (testable with a list):
-``read_slices`` -> ``buffer_shuffle`` (over compressed bytes) -> ``assemble_batches`` (decode
-and augment straight into a preallocated batch tensor). Batches are formed here, inside the
+``read_slices``/``read_items`` -> ``worker_stream`` (block shuffle over compressed bytes) ->
+``BatchAssembler`` (decode and augment straight into a preallocated batch tensor). Batches are formed here, inside the
 DataLoader worker, so the DataLoader runs with ``batch_size=None``.
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import itertools
 import logging
 import random
 from collections.abc import Callable, Iterable, Iterator
@@ -20,7 +22,16 @@ import torch
 
 from loaders.cache import complete
 from loaders.decode import IMAGE_EXTENSIONS, decode_rgb, eval_augment, normalize, train_augment
-from loaders.plan import Slice, WorkerPlan
+from loaders.plan import (
+    Item,
+    Slice,
+    WorkerPlan,
+    block_permutation,
+    block_seed,
+    first_block,
+    shuffle_blocks,
+    take_items,
+)
 from loaders.source import DatasetIndex, ShardAccess
 from loaders.tario import Sample, TarSampleReader
 from wdstool.errors import SampleError, ShardError, WdsToolError
@@ -133,37 +144,76 @@ def read_slices(
         ahead.close()
 
 
-def buffer_shuffle(
-    items: Iterable[Any], size: int, rng: random.Random, initial: int
+ReadRun = Callable[[list[Slice]], Iterator[Any]]
+
+
+def read_items(items: Iterable[Item], read_run: ReadRun) -> Iterator[Any]:
+    """Yield the samples of slices and pieces (a resumed epoch's remaining samples), in order.
+    ``read_run`` reads a run of consecutive slices (one open-ahead reader for the run); a piece
+    with exclusions reads its base items (at most one shuffle block) and drops the excluded."""
+    run: list[Slice] = []
+    for it in items:
+        if isinstance(it, Slice):
+            run.append(it)
+            continue
+        if run:
+            yield from read_run(run)
+            run = []
+        if not it.exclude:
+            yield from read_items(take_items(list(it.base), it.lo, len(it)), read_run)
+            continue
+        kept = it.kept()
+        if not len(kept):
+            continue
+        keep = set(kept.tolist())
+        last = int(kept[-1])
+        for i, loc in enumerate(read_items(list(it.base), read_run)):
+            if i in keep:
+                yield loc
+            if i >= last:
+                break
+    if run:
+        yield from read_run(run)
+
+
+def shard_reader(index: DatasetIndex, access: ShardAccess | None = None) -> ReadRun:
+    def read_run(run: list[Slice]) -> Iterator[Located]:
+        return read_slices(run, index, access)
+
+    return read_run
+
+
+def worker_stream(
+    plan: WorkerPlan,
+    read_run: ReadRun,
+    *,
+    shuffle_buffer: int,
+    batch_size: int,
 ) -> Iterator[Any]:
-    """Shuffle a stream with a buffer of ``size`` items; start yielding at ``initial`` items.
+    """A worker's samples in delivery order, from output ``plan.skip`` on.
 
-    While the buffer fills, two items are read per item yielded, so the buffer reaches ``size``
-    while the first batches already flow (time to first batch stays small).
-    """
-    if size <= 1:
-        yield from items
+    Shuffled streams are cut into blocks (``plan.shuffle_blocks``) and each block is yielded in
+    a permutation seeded by (worker seed, block index): restarting at output ``skip`` re-reads
+    one block (compressed bytes, nothing decoded), wherever the skip lands."""
+    items = list(plan.items)
+    n, skip = plan.num_samples, plan.skip
+    if plan.shuffle_seed is None or shuffle_buffer <= 1:
+        yield from read_items(take_items(items, skip, n - skip), read_run)
         return
-    it = iter(items)
-    buf: list[Any] = []
-    initial = max(1, min(initial, size))
-    for item in it:
-        buf.append(item)
-        if len(buf) < size:
-            nxt = next(it, _END)
-            if nxt is not _END:
-                buf.append(nxt)
-        if len(buf) >= initial:
-            j = rng.randrange(len(buf))
-            buf[j], buf[-1] = buf[-1], buf[j]
-            yield buf.pop()
-    while buf:
-        j = rng.randrange(len(buf))
-        buf[j], buf[-1] = buf[-1], buf[j]
-        yield buf.pop()
-
-
-_END = object()
+    bounds = shuffle_blocks(n, shuffle_buffer, first_block(shuffle_buffer, batch_size))
+    j0 = max(0, bisect.bisect_right(bounds, skip) - 1)
+    stream = read_items(take_items(items, bounds[j0], n - bounds[j0]), read_run)
+    for j in range(j0, len(bounds) - 1):
+        size = bounds[j + 1] - bounds[j]
+        block = list(itertools.islice(stream, size))
+        if len(block) != size:
+            raise ShardError(
+                f"worker {plan.worker}: ran out of samples before its planned {plan.num_samples}"
+            )
+        order = block_permutation(block_seed(plan.shuffle_seed, j), size)
+        drop = skip - bounds[j] if j == j0 else 0
+        for i in order[drop:]:
+            yield block[i]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -209,9 +259,12 @@ def _new_batch(n: int, size: int, shared: bool) -> torch.Tensor:
 class BatchAssembler:
     """Decode + augment samples into batches of a planned size; count replaced samples."""
 
-    def __init__(self, spec: DecodeSpec, rng: random.Random, shared: bool) -> None:
+    def __init__(self, spec: DecodeSpec, aug_seed: str, shared: bool) -> None:
+        """``aug_seed``: a sample's augmentation draws come from ``Random(f"{aug_seed}:{key}")``,
+        so they do not depend on which rank or worker decodes it, nor on what came before (a
+        resumed or re-sharded epoch augments every sample as the uninterrupted run would)."""
         self.spec = spec
-        self.rng = rng
+        self.aug_seed = aug_seed
         self.shared = shared
         self.replaced = 0
         self.bytes_read = 0
@@ -224,7 +277,8 @@ class BatchAssembler:
             if self.spec.transform is not None:
                 return self.spec.transform(img), label
             if self.spec.train:
-                return train_augment(img, self.spec.image_size, self.rng), label
+                rng = random.Random(f"{self.aug_seed}:{loc.sample.key}")
+                return train_augment(img, self.spec.image_size, rng), label
             return eval_augment(img, self.spec.image_size), label
         except WdsToolError:
             raise
@@ -265,10 +319,13 @@ class BatchAssembler:
     def batches(
         self, samples: Iterable[Located], plan: WorkerPlan, batch_size: int
     ) -> Iterator[dict[str, Any]]:
-        """Yield ``plan.num_batches`` batch dicts; the last has ``plan.last_batch_size`` items."""
+        """Yield ``plan.num_batches`` batch dicts (fewer after a resume: those after
+        ``plan.skip`` samples); the last has ``plan.last_batch_size`` items."""
         sizes = [batch_size] * plan.num_batches
         if sizes:
             sizes[-1] = plan.last_batch_size
+        done = plan.num_batches if plan.skip >= plan.num_samples else plan.skip // batch_size
+        sizes = sizes[done:]
         it = self.decoded(samples)
         for n in sizes:
             before, bytes_before = self.replaced, self.bytes_read
