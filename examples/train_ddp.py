@@ -1,7 +1,14 @@
 """Train a small ResNet with DDP on packed shards: the intended use of ``loaders``.
 
     torchrun --nproc_per_node=2 examples/train_ddp.py --data build/demo/shards --device cpu
-    torchrun --nproc_per_node=8 examples/train_ddp.py --data s3://bucket/train --epochs 90
+    torchrun --nproc_per_node=8 examples/train_ddp.py --data s3://bucket/train --epochs 90 \
+        --checkpoint ckpt/ --save-every 500 --resume
+
+``--checkpoint DIR --save-every N`` saves model, optimizer and the loader's state every N steps
+(every rank its own file, then rank 0 marks the step complete); ``--resume`` continues from the
+last complete checkpoint mid-epoch, exactly where it stopped -- also on another number of ranks
+or workers (each new rank loads the loader state of old rank ``rank % old_world_size``: they
+describe the same history).
 
 On CUDA: NCCL, AMP (bf16) and channels-last; workers ship uint8 batches (4x fewer bytes than
 float32), pinned memory makes the host-to-device copy asynchronous, and ``normalize`` runs on
@@ -44,6 +51,15 @@ def parse_args() -> argparse.Namespace:
     p.add_argument(
         "--log-every", type=int, default=20, help="log step time and data wait every N steps"
     )
+    p.add_argument("--checkpoint", type=Path, default=None, help="checkpoint folder")
+    p.add_argument("--save-every", type=int, default=100, help="steps between checkpoints")
+    p.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    p.add_argument(
+        "--keys-log",
+        type=Path,
+        default=None,
+        help="append one JSON line per step (epoch, step, keys) to DIR/rank<R>.jsonl",
+    )
     p.add_argument(
         "--out",
         type=Path,
@@ -56,6 +72,29 @@ def parse_args() -> argparse.Namespace:
 def small_resnet(num_classes: int) -> torch.nn.Module:
     """ResNet-10: one BasicBlock per stage."""
     return ResNet(BasicBlock, [1, 1, 1, 1], num_classes=num_classes)
+
+
+def save_checkpoint(folder: Path, model, opt, loader, rank: int, world: int, epoch, step) -> None:
+    """Every rank writes its file atomically; after a barrier rank 0 marks the step complete."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tag = f"e{epoch}s{step}"
+    path = folder / f"step{tag}-rank{rank}.pt"
+    tmp = path.with_suffix(".tmp")
+    torch.save(
+        {
+            "model": model.module.state_dict(),
+            "optimizer": opt.state_dict(),
+            "loader": loader.state_dict(),
+        },
+        tmp,
+    )
+    os.replace(tmp, path)
+    dist.barrier()
+    if rank == 0:
+        latest = folder / "latest.json"
+        tmp_latest = folder / "latest.json.tmp"
+        tmp_latest.write_text(json.dumps({"step": tag, "world_size": world}))
+        os.replace(tmp_latest, latest)
 
 
 def main() -> None:
@@ -84,15 +123,38 @@ def main() -> None:
     model = DDP(model, device_ids=[local_rank] if cuda else None)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, weight_decay=1e-4)
     report: dict = {"rank": rank, "world_size": world, "len": len(loader), "epochs": []}
+    start_epoch = 0
+    if args.resume and args.checkpoint is not None and (args.checkpoint / "latest.json").exists():
+        latest = json.loads((args.checkpoint / "latest.json").read_text())
+        src = rank % latest["world_size"]  # the loader states of all old ranks share a history
+        ckpt = torch.load(
+            args.checkpoint / f"step{latest['step']}-rank{src}.pt", weights_only=False
+        )
+        model.module.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["optimizer"])
+        loader.load_state_dict(ckpt["loader"])
+        start_epoch = ckpt["loader"]["epoch"]
+        if rank == 0:
+            print(
+                f"resumed from step {latest['step']} (epoch {start_epoch}, batch "
+                f"{ckpt['loader']['batches']}) of a {latest['world_size']}-rank run",
+                flush=True,
+            )
+    keys_log = None
+    if args.keys_log is not None:
+        args.keys_log.mkdir(parents=True, exist_ok=True)
+        keys_log = (args.keys_log / f"rank{rank}.jsonl").open("a")
+    global_step = 0
 
-    for epoch in range(args.epochs):
+    for epoch in range(start_epoch, args.epochs):
         loader.set_epoch(epoch)
+        first_step = loader.state_dict()["batches"] if epoch == start_epoch else 0
         model.train()
         keys: list[str] = []
         losses: list[float] = []
         wait = step_time = 0.0
         t_end = time.perf_counter()
-        for step, batch in enumerate(loader):
+        for step, batch in enumerate(loader, start=first_step):
             t_data = time.perf_counter()
             wait += t_data - t_end
             x = batch["pixel_values"].to(device, non_blocking=True)
@@ -107,6 +169,13 @@ def main() -> None:
             opt.step()
             losses.append(loss.item())
             keys.extend(batch["keys"])
+            global_step += 1
+            if keys_log is not None:
+                keys_log.write(json.dumps({"epoch": epoch, "step": step, "keys": batch["keys"]}))
+                keys_log.write("\n")
+                keys_log.flush()
+            if args.checkpoint is not None and global_step % args.save_every == 0:
+                save_checkpoint(args.checkpoint, model, opt, loader, rank, world, epoch, step)
             t_end = time.perf_counter()
             step_time += t_end - t_data
             if rank == 0 and (step + 1) % args.log_every == 0:
