@@ -277,7 +277,9 @@ class BatchAssembler:
             if self.spec.transform is not None:
                 return self.spec.transform(img), label
             if self.spec.train:
-                rng = random.Random(f"{self.aug_seed}:{loc.sample.key}")
+                # bytes: keys from non-UTF-8 member names carry surrogates
+                seed = f"{self.aug_seed}:{loc.sample.key}".encode("utf-8", "surrogateescape")
+                rng = random.Random(seed)
                 return train_augment(img, self.spec.image_size, rng), label
             return eval_augment(img, self.spec.image_size), label
         except WdsToolError:
