@@ -24,7 +24,7 @@ from shard_writer.layout import ShardSpec
 from shard_writer.probe import EncodeOptions, payload_for
 from shard_writer.scan import printable
 from shard_writer.tarformat import END, write_member
-from wdstool.errors import InputError
+from wdstool.errors import DestinationError, InputError
 
 
 class OnError(StrEnum):
@@ -77,6 +77,18 @@ def marker_name(shard: str) -> str:
     return f"{STATE_DIR}/{shard}.json"
 
 
+def _write_all(out: BinaryIO, data: bytes) -> None:
+    """An unbuffered write may write less than asked (a file size limit, a nearly full disk):
+    keep writing; the next call raises the real error (EFBIG, ENOSPC) instead of leaving a
+    silently truncated shard."""
+    view = memoryview(data)
+    while view:
+        n = out.write(view)
+        if not n:
+            raise OSError(f"write returned {n!r} with {len(view)} bytes left")
+        view = view[n:]
+
+
 class _BackgroundWriter:
     """Writes and hashes in a thread (both release the GIL), in blocks of ``block`` bytes, so
     reading the next source files overlaps with writing and hashing the previous ones."""
@@ -97,7 +109,7 @@ class _BackgroundWriter:
         while (block := self._queue.get()) is not None:
             if self._error is None:
                 try:
-                    self._out.write(block)
+                    _write_all(self._out, block)
                     self.digest.update(block)
                     if self.etag is not None:
                         self.etag.update(block)
@@ -117,6 +129,13 @@ class _BackgroundWriter:
         if self._error is not None:
             raise self._error
 
+    def abort(self) -> None:
+        """Stop the thread without writing what is pending (the caller is failing)."""
+        self._parts = []
+        self._error = self._error or RuntimeError("aborted")
+        self._queue.put(None)
+        self._thread.join()
+
     def close(self) -> None:
         try:
             self._flush()
@@ -125,6 +144,38 @@ class _BackgroundWriter:
             self._thread.join()
         if self._error is not None:
             raise self._error
+
+
+def _write_samples(
+    task: ShardTask, write: Callable[[bytes], None], on_sample: Callable[[int], None] | None
+) -> tuple[int, int, int]:
+    """Stream every sample of the shard as tar members; (samples, tar bytes, source bytes)."""
+    spec = task.spec
+    nsamples = filesize = source_bytes = 0
+    for f, info, key in zip(spec.samples, spec.infos, spec.keys, strict=True):
+        try:
+            payload, nread = payload_for(task.root, f, info, task.encode)
+        except BadImage as exc:
+            # the probe accepted it: the file changed since; counts are fixed by now
+            raise InputError(f"{os.path.join(task.root, printable(f.relpath))}: {exc}") from None
+        meta = {
+            "path": printable(f.relpath),
+            "class": task.classes[f.class_idx],
+            "class_index": f.class_idx,
+            "width": info.width,
+            "height": info.height,
+            "format": info.fmt.lower(),
+        }
+        filesize += write_member(write, f"{key}.{info.ext}", payload)
+        filesize += write_member(write, f"{key}.cls", b"%d" % f.class_idx)
+        meta_bytes = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode("ascii")
+        filesize += write_member(write, f"{key}.json", meta_bytes)
+        nsamples += 1
+        source_bytes += nread
+        if on_sample is not None:
+            on_sample(nread)
+    write(END)
+    return nsamples, filesize + len(END), source_bytes
 
 
 def write_shard(task: ShardTask, on_sample: Callable[[int], None] | None = None) -> ShardOutcome:
@@ -137,37 +188,20 @@ def write_shard(task: ShardTask, on_sample: Callable[[int], None] | None = None)
     tmp = dest.temp_path(spec.name)
     nsamples = filesize = source_bytes = 0
     try:
-        with open(tmp, "wb", buffering=0) as out:
-            sink = _BackgroundWriter(out, etag=None if dest.local else ETagHasher())
-            write = sink.write
-
-            for f, info, key in zip(spec.samples, spec.infos, spec.keys, strict=True):
+        try:
+            with open(tmp, "wb", buffering=0) as out:
+                sink = _BackgroundWriter(out, etag=None if dest.local else ETagHasher())
                 try:
-                    payload, nread = payload_for(task.root, f, info, task.encode)
-                except BadImage as exc:
-                    # the probe accepted it: the file changed since; counts are fixed by now
-                    raise InputError(
-                        f"{os.path.join(task.root, printable(f.relpath))}: {exc}"
-                    ) from None
-                meta = {
-                    "path": printable(f.relpath),
-                    "class": task.classes[f.class_idx],
-                    "class_index": f.class_idx,
-                    "width": info.width,
-                    "height": info.height,
-                    "format": info.fmt.lower(),
-                }
-                filesize += write_member(write, f"{key}.{info.ext}", payload)
-                filesize += write_member(write, f"{key}.cls", b"%d" % f.class_idx)
-                meta_bytes = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode("ascii")
-                filesize += write_member(write, f"{key}.json", meta_bytes)
-                nsamples += 1
-                source_bytes += nread
-                if on_sample is not None:
-                    on_sample(nread)
-            write(END)
-            filesize += len(END)
-            sink.close()
+                    nsamples, filesize, source_bytes = _write_samples(task, sink.write, on_sample)
+                    sink.close()
+                except BaseException:
+                    sink.abort()
+                    raise
+        except OSError as exc:  # disk full, file size limit, I/O error: name the shard
+            where = "" if dest.local else f" (local temporary copy {tmp})"
+            raise DestinationError(
+                f"{dest.display(spec.name)}: cannot write the shard{where}: {exc.strerror or exc}"
+            ) from None
         # no fsync here: pack syncs every shard once, just before index.json is written
         stored_etag = dest.publish(
             tmp, spec.name, etag=sink.etag.etag() if sink.etag is not None else None
