@@ -49,6 +49,12 @@ def parse_args() -> argparse.Namespace:
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
+        "--on-error",
+        choices=["raise", "skip"],
+        default="raise",
+        help="skip: replace a corrupt sample (every rank still takes the same steps)",
+    )
+    p.add_argument(
         "--log-every", type=int, default=20, help="log step time and data wait every N steps"
     )
     p.add_argument("--checkpoint", type=Path, default=None, help="checkpoint folder")
@@ -115,6 +121,7 @@ def main() -> None:
         seed=args.seed,
         num_workers=args.workers,
         pin_memory=cuda,
+        on_error=args.on_error,
     )
     num_classes = max(len(loader.dataset.index.classes), 2)
     model = small_resnet(num_classes).to(device)

@@ -16,6 +16,7 @@ import click
 
 from wdstool import __version__
 from wdstool.params import BYTE_SIZE, format_size
+from wdstool.storage import ScrubbingFilter
 
 
 def _progress_enabled(quiet: bool) -> bool:
@@ -52,7 +53,13 @@ def _emit_json(obj: Any) -> None:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="wdstool")
-@click.option("-v", "--verbose", count=True, help="More log output on stderr (-vv for debug).")
+@click.option(
+    "-v",
+    "--verbose",
+    count=True,
+    help="More log output on stderr (-vv debug, -vvv also SDK/HTTP internals; "
+    "credentials are always scrubbed).",
+)
 def cli(verbose: int) -> None:
     """Pack image datasets into WebDataset shards and stream them into PyTorch.
 
@@ -64,9 +71,13 @@ def cli(verbose: int) -> None:
       wdstool verify data/shards
     """
     level = logging.WARNING - 10 * min(verbose, 2)
-    logging.basicConfig(
-        level=level, format="wdstool: %(levelname)s: %(message)s", stream=sys.stderr
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("wdstool: %(levelname)s: %(message)s"))
+    handler.addFilter(ScrubbingFilter())  # credentials never reach a log line
+    logging.basicConfig(level=level, handlers=[handler])
+    if verbose < 3:  # SDK and HTTP internals only with -vvv
+        for name in ("botocore", "aiobotocore", "urllib3", "s3fs", "fsspec", "aiohttp"):
+            logging.getLogger(name).setLevel(max(level, logging.INFO))
 
 
 @cli.command("sample-data")

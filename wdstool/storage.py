@@ -14,8 +14,10 @@
 from __future__ import annotations
 
 import http.client
+import logging
 import os
 import random
+import re
 import socket
 import threading
 import time
@@ -369,3 +371,38 @@ def read_object(
         raise
     except Exception as exc:
         raise StorageError(redact(f"{url}: {describe(exc)}", storage_options)) from None
+
+
+_CREDENTIAL_PATTERNS = (
+    re.compile(r"(Credential=)[^/,\s'\"]+"),
+    re.compile(r"(Signature=)[0-9a-fA-F]+"),
+    re.compile(
+        r"((?:x-amz-security-token|X-Amz-Security-Token)['\"]?\s*[:=]\s*b?['\"]?)[^'\"\s,}&]+"
+    ),
+    re.compile(
+        r"((?:aws_secret_access_key|aws_session_token|aws_access_key_id)['\"]?\s*[:=]\s*['\"]?)[^'\"\s,}]+"
+    ),
+)
+
+
+def scrub(text: str) -> str:
+    """Remove credentials from a log line: known values (:func:`redact`) and the places SDK
+    debug logs print them (SigV4 ``Credential=``, ``Signature=``, security-token headers)."""
+    text = redact(text)
+    for pattern in _CREDENTIAL_PATTERNS:
+        text = pattern.sub(r"\1***", text)
+    return text
+
+
+class ScrubbingFilter(logging.Filter):
+    """A handler filter: every record is formatted, scrubbed of credentials, and passed on."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed record: let logging report it as usual
+            return True
+        clean = scrub(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        return True
