@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 DEMO_DIR ?= build/demo
 DEMO_IMAGES ?= 2000
 
-.PHONY: venv demo test lint format bench clean
+.PHONY: venv demo test lint format bench faults clean
 BENCH_DATA ?= bench/data
 BENCH_IMAGES ?= 10000
 BENCH_WORKERS ?= 1,2
@@ -47,6 +47,12 @@ bench: $(STAMP)
 		--repeats $(BENCH_REPEATS) --compare imagefolder=$(BENCH_DATA)/images --compare webdataset \
 		--ceiling --json bench/results/stream-bench.json --plot bench/results/stream-bench.png \
 		| tee bench/results/stream-bench.txt
+
+# the fault suite's long, randomized variant (each randomized case FAULT_RUNS times its
+# `make test` count); prints the table and writes build/faults.md
+FAULT_RUNS ?= 5
+faults: $(STAMP)
+	WDSTOOL_FAULT_RUNS=$(FAULT_RUNS) WDSTOOL_FAULT_TABLE=build/faults.md $(PY) -m pytest -q tests/faults
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

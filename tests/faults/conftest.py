@@ -33,9 +33,9 @@ class Recorder:
     def __init__(self, case: str) -> None:
         self.row = _ROWS.setdefault(case, Row(case))
 
-    def recovered(self, lost: int = 0, duplicates: int = 0) -> None:
-        self.row.runs += 1
-        self.row.recovered += 1
+    def recovered(self, lost: int = 0, duplicates: int = 0, n: int = 1) -> None:
+        self.row.runs += n
+        self.row.recovered += n
         self.row.lost += lost
         self.row.duplicates += duplicates
 
