@@ -4,6 +4,9 @@
   classic transforms (RandomResizedCrop, flip, ToTensor, Normalize): what most training scripts do.
 - ``webdataset``: a plain upstream pipeline on the same shards
   (``WebDataset(..., nodesplitter=split_by_node).shuffle().decode("pil")...batched()`` + ``WebLoader``).
+- ``webdataset-fast``: the same upstream pipeline given wdstool's decoder and augmentation
+  (``decode_rgb`` + ``train_augment`` on the raw bytes, uint8 out): what is left of the difference
+  is the pipeline itself (tar parsing, batching, inter-process copies).
 - ``ceiling``: the same decode + augmentation as the loader over the same samples, in as many
   processes as workers, with no loader, no IPC and no batching: what this machine can do.
 """
@@ -79,6 +82,46 @@ def webdataset_loader(
         .decode("pil")
         .to_tuple("jpg;png;jpeg;webp", "cls", "__key__")
         .map_tuple(tf, int, str)
+        .batched(batch_size, partial=True)
+    )
+    kwargs: dict[str, Any] = {"prefetch_factor": prefetch_factor} if workers else {}
+    return wds.WebLoader(ds, batch_size=None, num_workers=workers, **kwargs)
+
+
+class _FastAugment:
+    """wdstool's decode + RandomResizedCrop + flip on raw bytes (picklable for workers)."""
+
+    def __init__(self, image_size: int) -> None:
+        self.image_size = image_size
+        self.rng: random.Random | None = None
+
+    def __call__(self, data: bytes) -> torch.Tensor:
+        from loaders.decode import decode_rgb, train_augment
+
+        if self.rng is None:
+            self.rng = random.Random()
+        return train_augment(decode_rgb(data), self.image_size, self.rng)
+
+
+def webdataset_fast_loader(
+    urls: list[str],
+    *,
+    workers: int,
+    batch_size: int,
+    image_size: int,
+    prefetch_factor: int,
+    shuffle_buffer: int = 1000,
+) -> Any:
+    """Upstream webdataset with the same decoder and augmentation as wdstool (uint8 batches)."""
+    import webdataset as wds
+
+    ds = (
+        wds.WebDataset(
+            urls, nodesplitter=wds.split_by_node, shardshuffle=len(urls), empty_check=False
+        )
+        .shuffle(shuffle_buffer)
+        .to_tuple("jpg;png;jpeg;webp", "cls", "__key__")
+        .map_tuple(_FastAugment(image_size), int, str)
         .batched(batch_size, partial=True)
     )
     kwargs: dict[str, Any] = {"prefetch_factor": prefetch_factor} if workers else {}

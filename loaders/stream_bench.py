@@ -14,7 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from loaders.baselines import ceiling, imagefolder_loader, webdataset_loader
+from loaders.baselines import (
+    ceiling,
+    imagefolder_loader,
+    webdataset_fast_loader,
+    webdataset_loader,
+)
 from loaders.bench import RunResult, measure, recommend
 from loaders.loader import make_loader
 from loaders.source import resolve_source
@@ -37,6 +42,7 @@ class BenchConfig:
     step_ms: float = 0.0
     imagefolder: str | None = None
     webdataset: bool = False
+    webdataset_fast: bool = False
     with_ceiling: bool = False
     repeats: int = 3
     shuffle_buffer: int = 2000
@@ -188,6 +194,19 @@ def run_stream_bench(
                         w,
                         _tuple_len,
                     )
+                if cfg.webdataset_fast:
+                    run(
+                        "webdataset-fast",
+                        lambda w=w: webdataset_fast_loader(
+                            list(index.urls),
+                            workers=w,
+                            batch_size=cfg.batch_size,
+                            image_size=cfg.image_size,
+                            prefetch_factor=cfg.prefetch_factor,
+                        ),
+                        w,
+                        _tuple_len,
+                    )
                 if cfg.webdataset:
                     run(
                         "webdataset",
@@ -252,6 +271,9 @@ def _ratios(runs: list[RunResult], a: str, b: str) -> dict[str, Any] | None:
     }
 
 
+PIPELINES = ["wdstool", "webdataset-fast", "webdataset", "imagefolder"]
+
+
 def _report(
     cfg: BenchConfig,
     runs: list[RunResult],
@@ -260,7 +282,7 @@ def _report(
     avg_bytes: float,
 ) -> dict[str, Any]:
     summary = []
-    names = sorted({r.name for r in runs}, key=["wdstool", "webdataset", "imagefolder"].index)
+    names = sorted({r.name for r in runs}, key=PIPELINES.index)
     for name in names:
         for w in cfg.workers:
             rs = [r for r in runs if r.name == name and r.workers == w]
@@ -281,7 +303,7 @@ def _report(
                 row["efficiency"] = row["samples_per_s"] / ceilings[w]["samples_per_s"]
             summary.append(row)
     ratios = {}
-    for other in ("imagefolder", "webdataset"):
+    for other in PIPELINES[1:]:
         r = _ratios(runs, "wdstool", other)
         if r:
             ratios[f"wdstool/{other}"] = r

@@ -442,13 +442,13 @@ class WorkerList(click.ParamType):
 
 def _render_bench(report: dict) -> None:
     click.echo(
-        f"{'pipeline':<12} {'workers':>7} {'samples/s':>10} {'MB/s':>7} {'1st batch':>9} "
+        f"{'pipeline':<15} {'workers':>7} {'samples/s':>10} {'MB/s':>7} {'1st batch':>9} "
         f"{'wait p50':>9} {'wait p99':>9} {'idle %':>7} {'efficiency':>10}"
     )
     for row in report["summary"]:
         eff = f"{row['efficiency']:.2f}" if "efficiency" in row else "-"
         click.echo(
-            f"{row['pipeline']:<12} {row['workers']:>7} {row['samples_per_s']:>10.0f} "
+            f"{row['pipeline']:<15} {row['workers']:>7} {row['samples_per_s']:>10.0f} "
             f"{row['mb_per_s']:>7.1f} {row['time_to_first_batch']:>8.2f}s "
             f"{row['wait_p50_ms']:>7.1f}ms {row['wait_p99_ms']:>7.1f}ms {row['idle_pct']:>7.1f} "
             f"{eff:>10}"
@@ -480,7 +480,7 @@ def _plot_bench(report: dict, path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    for name in ("wdstool", "webdataset", "imagefolder"):
+    for name in ("wdstool", "webdataset-fast", "webdataset", "imagefolder"):
         rows = [r for r in report["summary"] if r["pipeline"] == name]
         if rows:
             ax1.plot(
@@ -556,9 +556,10 @@ def _plot_bench(report: dict, path: str) -> None:
 @click.option(
     "--compare",
     multiple=True,
-    metavar="imagefolder=PATH|webdataset",
+    metavar="imagefolder=PATH|webdataset|webdataset-fast",
     help="Baselines run interleaved with the loader: torchvision ImageFolder + PIL on "
-    "the source images, or a plain upstream webdataset pipeline on the same shards.",
+    "the source images; a plain upstream webdataset pipeline (PIL) on the same shards; or "
+    "webdataset-fast: that pipeline given wdstool's decoder and augmentation.",
 )
 @click.option(
     "--ceiling",
@@ -626,14 +627,18 @@ def stream_bench_cmd(
     from loaders.stream_bench import BenchConfig, run_stream_bench
     from wdstool.errors import ConfigError
 
-    imagefolder, webdataset = None, False
+    imagefolder, webdataset, webdataset_fast = None, False, False
     for item in compare:
         if item == "webdataset":
             webdataset = True
+        elif item == "webdataset-fast":
+            webdataset_fast = True
         elif item.startswith("imagefolder="):
             imagefolder = item.split("=", 1)[1]
         else:
-            raise ConfigError(f"--compare {item!r}: use imagefolder=PATH or webdataset")
+            raise ConfigError(
+                f"--compare {item!r}: use imagefolder=PATH, webdataset or webdataset-fast"
+            )
     cfg = BenchConfig(
         source=source,
         batch_size=batch_size,
@@ -649,6 +654,7 @@ def stream_bench_cmd(
         step_ms=step_ms,
         imagefolder=imagefolder,
         webdataset=webdataset,
+        webdataset_fast=webdataset_fast,
         with_ceiling=with_ceiling,
         repeats=repeats,
         storage_options=storage_options,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from loaders.baselines import imagefolder_loader, webdataset_loader
+from loaders.baselines import imagefolder_loader, webdataset_fast_loader, webdataset_loader
 from loaders.stream_bench import BenchConfig, run_stream_bench
 from tests.conftest import run_cli
 from tests.loaders.conftest import shard_keys
@@ -108,6 +108,13 @@ def test_baselines_read_the_same_samples(uneven_dataset: Path) -> None:
     ):
         seen.extend(batch_keys)
     assert sorted(seen) == sorted(keys)
+    fast = []
+    for img, _label, batch_keys in webdataset_fast_loader(
+        urls, workers=1, batch_size=4, image_size=32, prefetch_factor=2
+    ):
+        assert img.dtype == torch.uint8 and img.shape[1:] == (3, 32, 32)
+        fast.extend(batch_keys)
+    assert sorted(fast) == sorted(keys)
     manifest_paths = set()
     import webdataset as wds
 
@@ -123,7 +130,7 @@ def test_baselines_read_the_same_samples(uneven_dataset: Path) -> None:
 
 def test_bad_compare_is_one_line_error(uneven_dataset: Path) -> None:
     r = run_cli("stream-bench", str(uneven_dataset), "--compare", "litdata", check=False)
-    assert r.returncode != 0 and "imagefolder=PATH or webdataset" in r.stderr
+    assert r.returncode != 0 and "imagefolder=PATH, webdataset or webdataset-fast" in r.stderr
 
 
 def test_ctrl_c_prints_what_was_measured(uneven_dataset: Path, tmp_path: Path) -> None:
