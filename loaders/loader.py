@@ -11,6 +11,7 @@ import logging
 import multiprocessing as mp
 import os
 import signal
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
@@ -21,7 +22,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from loaders.plan import RankPlan, Segment, Uneven, num_batches, plan_epoch, plan_resumed
 from loaders.source import DatasetIndex, ShardAccess, resolve_source
-from loaders.stream import BatchAssembler, DecodeSpec, shard_reader, worker_stream
+from loaders.stream import BatchAssembler, BufferPool, DecodeSpec, shard_reader, worker_stream
 from loaders.topology import Topology, cores_per_rank, detect_topology
 from wdstool.errors import ConfigError
 from wdstool.storage import DEFAULT_RETRY, RetryPolicy
@@ -91,6 +92,9 @@ class ShardStreamDataset(IterableDataset):
         self.access = access or ShardAccess()
         # shared with (persistent) workers: [epoch]
         self._shared = mp.get_context().RawArray("q", 1)
+        # batch buffer slots per worker: 1 = the main process is done with it (BufferPool)
+        self._pool_flags = mp.get_context().RawArray("b", max(1, config.num_workers) * POOL_SLOTS)
+        self._pool: BufferPool | None = None
         self._len = num_batches(
             index.num_samples,
             world_size=topology.world_size,
@@ -112,6 +116,11 @@ class ShardStreamDataset(IterableDataset):
         if self.resume is not None and self.resume.epoch == self.epoch:
             return self.plan().remaining_batches
         return self._len
+
+    def _worker_pool(self, worker: int) -> BufferPool:
+        if self._pool is None:  # one per worker process, kept across epochs
+            self._pool = BufferPool(self._pool_flags, worker * POOL_SLOTS, POOL_SLOTS)
+        return self._pool
 
     # set by StreamingLoader.load_state_dict before workers start: (epoch, history)
     resume: Resume | None = None
@@ -181,6 +190,7 @@ class ShardStreamDataset(IterableDataset):
             ),
             f"aug:{c.seed}:{self.epoch}",
             shared=info is not None,
+            pool=self._worker_pool(worker) if info is not None else None,
         )
         yield from assembler.batches(samples, wplan, c.batch_size)
 
@@ -194,6 +204,7 @@ class Resume:
 
 
 STATE_FORMAT = "wdstool.loader-state"
+POOL_SLOTS = 8  # reusable batch buffers per worker (prefetch_factor 4 + batches in flight)
 STATE_VERSION = 1
 
 
@@ -217,6 +228,7 @@ class StreamingLoader:
         self._dataloader_kwargs = dataloader_kwargs
         self._started = False
         self.num_replaced = 0
+        self._outstanding: list[tuple[weakref.ref[torch.Tensor], int]] = []
         self.batches_delivered = 0  # in the current pass over the loader
         self.bytes_read = 0  # compressed bytes of the samples delivered (all epochs)
 
@@ -248,12 +260,27 @@ class StreamingLoader:
         for batch in self.dataloader:
             self.num_replaced += int(batch.pop("num_replaced", 0))
             self.bytes_read += int(batch.pop("num_bytes", 0))
+            self._recycle(int(batch.pop("buffer_slot", -1)), batch.get("pixel_values"))
             self.batches_delivered += 1
             yield batch
         if self.batches_delivered != expected:
             raise RuntimeError(
                 f"internal error: delivered {self.batches_delivered} batches, planned {expected}"
             )
+
+    def _recycle(self, slot: int, pixels: torch.Tensor | None) -> None:
+        """Give workers back the buffers of batches nobody references any more (a view keeps
+        its base tensor alive, so a dead weak reference means no view is left either)."""
+        flags = self.dataset._pool_flags
+        still = []
+        for ref, s in self._outstanding:
+            if ref() is None:
+                flags[s] = 1
+            else:
+                still.append((ref, s))
+        self._outstanding = still
+        if slot >= 0 and pixels is not None:
+            self._outstanding.append((weakref.ref(pixels), slot))
 
     # --- resume --------------------------------------------------------------------------
     def _segment(self, batches: int) -> Segment:

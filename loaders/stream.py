@@ -256,16 +256,47 @@ def _new_batch(n: int, size: int, shared: bool) -> torch.Tensor:
     return torch.empty((n, 3, size, size), dtype=torch.uint8)
 
 
+class BufferPool:
+    """Shared-memory batch buffers a DataLoader worker reuses once the main process is done.
+
+    A fresh 9.6 MB shared-memory batch (64 x 3 x 224 x 224) costs ~5.5 ms in page faults alone
+    (~85 us per sample, measured here), against ~0.15 ms for reusing memory. ``flags`` is a
+    byte array shared with the main process: the worker sets a slot's flag to 0 when it hands
+    the buffer out; the main process sets it to 1 once the batch tensor it delivered is gone
+    (no reference, no view left), and only then is the buffer written again. Partial batches
+    and a pool with no free slot get a fresh buffer (slot -1)."""
+
+    def __init__(self, flags: Any, base: int, size: int) -> None:
+        self.flags = flags
+        self.base = base
+        self.size = size
+        self.buffers: list[torch.Tensor | None] = [None] * size
+
+    def get(self, n: int, image_size: int) -> tuple[torch.Tensor, int]:
+        for slot, buf in enumerate(self.buffers):
+            if buf is None:
+                buf = _new_batch(n, image_size, shared=True)
+                self.buffers[slot] = buf
+            elif self.flags[self.base + slot] != 1 or buf.shape != (n, 3, image_size, image_size):
+                continue
+            self.flags[self.base + slot] = 0
+            return buf, self.base + slot
+        return _new_batch(n, image_size, shared=True), -1
+
+
 class BatchAssembler:
     """Decode + augment samples into batches of a planned size; count replaced samples."""
 
-    def __init__(self, spec: DecodeSpec, aug_seed: str, shared: bool) -> None:
+    def __init__(
+        self, spec: DecodeSpec, aug_seed: str, shared: bool, pool: BufferPool | None = None
+    ) -> None:
         """``aug_seed``: a sample's augmentation draws come from ``Random(f"{aug_seed}:{key}")``,
         so they do not depend on which rank or worker decodes it, nor on what came before (a
         resumed or re-sharded epoch augments every sample as the uninterrupted run would)."""
         self.spec = spec
         self.aug_seed = aug_seed
         self.shared = shared
+        self.pool = pool
         self.replaced = 0
         self.bytes_read = 0
 
@@ -332,8 +363,12 @@ class BatchAssembler:
         for n in sizes:
             before, bytes_before = self.replaced, self.bytes_read
             pixels: torch.Tensor | None = None
+            slot = -1
             if self.spec.transform is None:
-                pixels = _new_batch(n, self.spec.image_size, self.shared)
+                if self.pool is not None and n == batch_size:
+                    pixels, slot = self.pool.get(n, self.spec.image_size)
+                else:
+                    pixels = _new_batch(n, self.spec.image_size, self.shared)
             labels = torch.empty(n, dtype=torch.int64)
             keys: list[str] = []
             outputs: list[torch.Tensor] = []
@@ -354,10 +389,14 @@ class BatchAssembler:
             batch = torch.stack(outputs) if pixels is None else pixels
             if self.spec.output == "float" and self.spec.transform is None:
                 batch = normalize(batch)
+                if slot >= 0 and self.pool is not None:
+                    self.pool.flags[slot] = 1  # the float copy is what leaves this worker
+                    slot = -1
             yield {
                 "pixel_values": batch,
                 "labels": labels,
                 "keys": keys,
                 "num_replaced": self.replaced - before,
                 "num_bytes": self.bytes_read - bytes_before,
+                "buffer_slot": slot,
             }

@@ -1,0 +1,46 @@
+"""Worker batch buffers are reused only once the main process holds no reference to them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from loaders import make_loader
+from loaders.stream import BufferPool
+
+
+def test_pool_reuses_only_released_slots() -> None:
+    flags = bytearray(4)
+    pool = BufferPool(flags, base=2, size=2)
+    _a, sa = pool.get(4, 8)
+    b, sb = pool.get(4, 8)
+    _c, sc = pool.get(4, 8)  # both slots handed out: a fresh, unpooled buffer
+    assert (sa, sb, sc) == (2, 3, -1)
+    flags[3] = 1  # the main process let go of b
+    d, sd = pool.get(4, 8)
+    assert sd == 3 and d.data_ptr() == b.data_ptr() and flags[3] == 0
+    e, se = pool.get(3, 8)  # another shape never takes a pooled buffer
+    assert se == -1 and e.shape[0] == 3
+
+
+def test_held_batches_and_views_are_never_overwritten(learnable_dataset: Path) -> None:
+    loader = make_loader(learnable_dataset, 4, image_size=16, num_workers=2, prefetch_factor=2)
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        kept, views, clones = [], [], []
+        for i, batch in enumerate(loader):
+            px = batch["pixel_values"]
+            clones.append(px.clone())
+            if i % 3 == 0:
+                kept.append((i, px))  # the batch itself
+            elif i % 3 == 1:
+                views.append((i, px[1:3]))  # only a view of it
+            # every third batch is dropped: its buffer goes back to the worker
+            del batch, px
+        for i, px in kept:
+            assert torch.equal(px, clones[i]), i
+        for i, v in views:
+            assert torch.equal(v, clones[i][1:3]), i
+    flags = loader.dataset._pool_flags
+    assert any(flags[s] == 1 for s in range(len(flags)))  # some buffers were given back
