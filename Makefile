@@ -45,6 +45,7 @@ bench: $(STAMP)
 	mkdir -p bench/results
 	$(PY) -m wdstool stream-bench $(BENCH_DATA)/shards --workers $(BENCH_WORKERS) --batch-size 64 \
 		--repeats $(BENCH_REPEATS) --compare imagefolder=$(BENCH_DATA)/images --compare webdataset \
+		--compare webdataset-fast \
 		--ceiling --json bench/results/stream-bench.json --plot bench/results/stream-bench.png \
 		| tee bench/results/stream-bench.txt
 

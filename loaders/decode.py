@@ -174,3 +174,18 @@ def normalize(
     m = torch.tensor(mean, dtype=dtype, device=x.device).mul_(255).view(shape)
     inv = torch.tensor(std, dtype=dtype, device=x.device).mul_(255).reciprocal_().view(shape)
     return x.to(dtype).sub_(m).mul_(inv)
+
+
+def normalize_into(
+    x: torch.Tensor,
+    out: torch.Tensor,
+    mean: tuple[float, ...] = IMAGENET_MEAN,
+    std: tuple[float, ...] = IMAGENET_STD,
+) -> torch.Tensor:
+    """``normalize(x)`` written into the preallocated float tensor ``out`` (no temporaries the
+    size of the batch: a DataLoader worker fills a reusable shared-memory buffer)."""
+    shape = (3, 1, 1)
+    m = torch.tensor(mean, dtype=out.dtype, device=out.device).mul_(255).view(shape)
+    inv = torch.tensor(std, dtype=out.dtype, device=out.device).mul_(255).reciprocal_().view(shape)
+    out.copy_(x)
+    return out.sub_(m).mul_(inv)

@@ -21,7 +21,13 @@ from typing import Any
 import torch
 
 from loaders.cache import complete
-from loaders.decode import IMAGE_EXTENSIONS, decode_rgb, eval_augment, normalize, train_augment
+from loaders.decode import (
+    IMAGE_EXTENSIONS,
+    decode_rgb,
+    eval_augment,
+    normalize_into,
+    train_augment,
+)
 from loaders.plan import (
     Item,
     Slice,
@@ -243,17 +249,18 @@ def _label(loc: Located) -> int:
         raise SampleError(f"{loc.url}: sample {loc.sample.key!r}: bad label {raw[:20]!r}") from None
 
 
-def _new_batch(n: int, size: int, shared: bool) -> torch.Tensor:
-    """A uint8 [n,3,size,size] tensor, allocated in shared memory inside DataLoader workers so
-    that handing it to the main process costs no extra copy."""
+def _new_batch(n: int, size: int, shared: bool, dtype: torch.dtype = torch.uint8) -> torch.Tensor:
+    """A [n,3,size,size] tensor, allocated in shared memory inside DataLoader workers so that
+    handing it to the main process costs no extra copy."""
     numel = n * 3 * size * size
     if shared:
         try:
-            storage = torch.UntypedStorage._new_shared(numel)
-            return torch.empty(0, dtype=torch.uint8).set_(storage).view(n, 3, size, size)
+            itemsize = torch.empty(0, dtype=dtype).element_size()
+            storage = torch.UntypedStorage._new_shared(numel * itemsize)
+            return torch.empty(0, dtype=dtype).set_(storage).view(n, 3, size, size)
         except (AttributeError, RuntimeError):  # private API moved: fall back to a plain tensor
             pass
-    return torch.empty((n, 3, size, size), dtype=torch.uint8)
+    return torch.empty((n, 3, size, size), dtype=dtype)
 
 
 class BufferPool:
@@ -272,16 +279,22 @@ class BufferPool:
         self.size = size
         self.buffers: list[torch.Tensor | None] = [None] * size
 
-    def get(self, n: int, image_size: int) -> tuple[torch.Tensor, int]:
+    def get(
+        self, n: int, image_size: int, dtype: torch.dtype = torch.uint8
+    ) -> tuple[torch.Tensor, int]:
         for slot, buf in enumerate(self.buffers):
             if buf is None:
-                buf = _new_batch(n, image_size, shared=True)
+                buf = _new_batch(n, image_size, shared=True, dtype=dtype)
                 self.buffers[slot] = buf
-            elif self.flags[self.base + slot] != 1 or buf.shape != (n, 3, image_size, image_size):
+            elif (
+                self.flags[self.base + slot] != 1
+                or buf.shape != (n, 3, image_size, image_size)
+                or buf.dtype != dtype
+            ):
                 continue
             self.flags[self.base + slot] = 0
             return buf, self.base + slot
-        return _new_batch(n, image_size, shared=True), -1
+        return _new_batch(n, image_size, shared=True, dtype=dtype), -1
 
 
 class BatchAssembler:
@@ -297,6 +310,7 @@ class BatchAssembler:
         self.aug_seed = aug_seed
         self.shared = shared
         self.pool = pool
+        self._scratch: torch.Tensor | None = None
         self.replaced = 0
         self.bytes_read = 0
 
@@ -364,8 +378,13 @@ class BatchAssembler:
             before, bytes_before = self.replaced, self.bytes_read
             pixels: torch.Tensor | None = None
             slot = -1
+            as_float = self.spec.output == "float" and self.spec.transform is None
             if self.spec.transform is None:
-                if self.pool is not None and n == batch_size:
+                if as_float:  # uint8 scratch, never shared: the float batch leaves the worker
+                    if self._scratch is None or self._scratch.shape[0] != n:
+                        self._scratch = _new_batch(n, self.spec.image_size, shared=False)
+                    pixels = self._scratch
+                elif self.pool is not None and n == batch_size:
                     pixels, slot = self.pool.get(n, self.spec.image_size)
                 else:
                     pixels = _new_batch(n, self.spec.image_size, self.shared)
@@ -387,11 +406,13 @@ class BatchAssembler:
                 labels[i] = label
                 keys.append(key)
             batch = torch.stack(outputs) if pixels is None else pixels
-            if self.spec.output == "float" and self.spec.transform is None:
-                batch = normalize(batch)
-                if slot >= 0 and self.pool is not None:
-                    self.pool.flags[slot] = 1  # the float copy is what leaves this worker
-                    slot = -1
+            if as_float:
+                assert pixels is not None
+                if self.pool is not None and n == batch_size:
+                    out, slot = self.pool.get(n, self.spec.image_size, torch.float32)
+                else:
+                    out = _new_batch(n, self.spec.image_size, self.shared, torch.float32)
+                batch = normalize_into(pixels, out)
             yield {
                 "pixel_values": batch,
                 "labels": labels,

@@ -98,3 +98,12 @@ def test_normalize_matches_reference() -> None:
     std = torch.tensor(IMAGENET_STD).view(3, 1, 1)
     torch.testing.assert_close(normalize(x), (x.float() / 255 - mean) / std, atol=1e-5, rtol=1e-5)
     assert normalize(x[0]).shape == (3, 8, 8)
+
+
+def test_normalize_into_equals_normalize() -> None:
+    from loaders.decode import normalize, normalize_into
+
+    x = torch.randint(0, 256, (2, 3, 5, 7), dtype=torch.uint8)
+    out = torch.empty(x.shape, dtype=torch.float32)
+    assert normalize_into(x, out) is out
+    assert torch.allclose(out, normalize(x))
