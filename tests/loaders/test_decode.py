@@ -107,3 +107,14 @@ def test_normalize_into_equals_normalize() -> None:
     out = torch.empty(x.shape, dtype=torch.float32)
     assert normalize_into(x, out) is out
     assert torch.allclose(out, normalize(x))
+
+
+def test_direct_resize_kernel_equals_torchvision_resize() -> None:
+    import torchvision.transforms.v2.functional as F
+
+    from loaders.decode import _resize_aa
+
+    gen = torch.Generator().manual_seed(0)
+    img = torch.randint(0, 256, (3, 97, 131), dtype=torch.uint8, generator=gen)
+    for crop in (img, img[:, 5:80, 7:120], img[:, :, ::1][:, 1:, 2:]):
+        assert torch.equal(_resize_aa(crop, 32), F.resize(crop, [32, 32], antialias=True))
