@@ -229,6 +229,7 @@ class StreamingLoader:
         self._started = False
         self.num_replaced = 0
         self._outstanding: list[tuple[weakref.ref[torch.Tensor], int]] = []
+        self.buffers_returned = 0  # batch buffers handed back to workers for reuse
         self.batches_delivered = 0  # in the current pass over the loader
         self.bytes_read = 0  # compressed bytes of the samples delivered (all epochs)
 
@@ -276,6 +277,7 @@ class StreamingLoader:
         for ref, s in self._outstanding:
             if ref() is None:
                 flags[s] = 1
+                self.buffers_returned += 1
             else:
                 still.append((ref, s))
         self._outstanding = still

@@ -42,5 +42,4 @@ def test_held_batches_and_views_are_never_overwritten(learnable_dataset: Path) -
             assert torch.equal(px, clones[i]), i
         for i, v in views:
             assert torch.equal(v, clones[i][1:3]), i
-    flags = loader.dataset._pool_flags
-    assert any(flags[s] == 1 for s in range(len(flags)))  # some buffers were given back
+    assert loader.buffers_returned >= 10  # the dropped batches' buffers went back to the workers
