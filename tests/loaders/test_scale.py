@@ -1,0 +1,51 @@
+"""make_loader at cluster scale: 100,000 shards x 1,000 samples (10^8), 4,096 ranks x 8 workers.
+
+Only the manifest is read (the shards need not exist); len() is equal on every rank; the
+planning memory stays small. Timing is measured in the README, not asserted here.
+"""
+
+from __future__ import annotations
+
+import json
+import tracemalloc
+import warnings
+from pathlib import Path
+
+import pytest
+
+from loaders import make_loader
+from loaders.plan import num_batches
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def huge_manifest(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("huge")
+    shards = [
+        {"url": f"train-{i:06d}.tar", "nsamples": 1000, "filesize": 10**8, "sha256": f"{i:064x}"}
+        for i in range(100_000)
+    ]
+    manifest = {"__kind__": "wids-shard-index-v1", "wids_version": 1, "shardlist": shards}
+    (d / "index.json").write_text(json.dumps(manifest))
+    return d
+
+
+def test_make_loader_plans_one_rank_of_4096_from_a_1e8_sample_manifest(huge_manifest: Path) -> None:
+    expected = num_batches(10**8, world_size=4096, batch_size=64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns that 8 workers exceed this machine's cores
+        tracemalloc.start()
+        try:
+            loader = make_loader(huge_manifest, 64, num_workers=8, rank=4095, world_size=4096)
+            plan = loader.dataset.plan()
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert len(loader) == expected == plan.num_batches
+        assert peak < 200e6, peak
+        samples = sum(len(s) for w in plan.workers for s in w.slices)
+        assert samples == plan.num_samples == 24_415  # ceil(10^8 / 4096)
+        for rank in (0, 2047):
+            other = make_loader(huge_manifest, 64, num_workers=8, rank=rank, world_size=4096)
+            assert len(other) == expected
