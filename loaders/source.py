@@ -74,9 +74,12 @@ def resolve_source(
         raise ShardError(f"{source}: the manifest lists no shards")
     # pack writes a fingerprint; for other manifests hash what defines the data (re-serialising
     # the whole manifest took 0.75 s of a 1 s make_loader at 100,000 shards)
-    identity = manifest.fingerprint or hashlib.sha256(
-        "\n".join(f"{s.url}\0{s.nsamples}\0{s.sha256}" for s in manifest.shards).encode()
-    ).hexdigest()
+    identity = (
+        manifest.fingerprint
+        or hashlib.sha256(
+            "\n".join(f"{s.url}\0{s.nsamples}\0{s.sha256}" for s in manifest.shards).encode()
+        ).hexdigest()
+    )
     return DatasetIndex(
         urls=tuple(resolve_shard_url(base, s.url) for s in manifest.shards),
         sizes=tuple(s.nsamples for s in manifest.shards),
