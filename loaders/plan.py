@@ -13,9 +13,10 @@ Cost: O(shards + this rank's slices); per-sample lists are never built.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import Any
 
 import numpy as np
 
@@ -95,6 +96,11 @@ class WorkerPlan:
     def items(self) -> tuple[Item, ...]:
         return self.pieces or self.slices
 
+    def first_batch(self, batch_size: int) -> int:
+        """Index of the first batch this worker still delivers: ``skip`` is a whole number of
+        batches, or everything."""
+        return self.num_batches if self.skip >= self.num_samples else self.skip // batch_size
+
 
 @dataclass(frozen=True, kw_only=True)
 class RankPlan:
@@ -123,11 +129,9 @@ class RankPlan:
         round robin over its workers from 0, skipping exhausted ones (== batch_order() after
         resume_at)."""
         k = k_of(self.num_workers)
-        firsts = [
-            wp.num_batches if wp.skip >= wp.num_samples else wp.skip // self.batch_size
-            for wp in self.workers
+        queues = [
+            list(range(wp.first_batch(self.batch_size), wp.num_batches)) for wp in self.workers
         ]
-        queues = [list(range(firsts[w], self.workers[w].num_batches)) for w in range(k)]
         order: list[tuple[int, int]] = []
         active = [(i + self.rotation) % k for i in range(k)]
         while active:
@@ -301,15 +305,7 @@ def plan_epoch(
         order, offset = np.arange(len(sizes)), 0
     seq = _Sequence(sizes, order, offset)
 
-    q, r = divmod(n, world_size)
-    real = q + (1 if rank < r else 0)
-    begin = rank * q + min(rank, r)
-    total = samples_per_rank(n, world_size=world_size, uneven=mode)
-    rank_slices = seq.slices(begin, min(real, total)) if real else []
-    for j in range(total - min(real, total)):  # padding: at most one sample
-        pad_at = (begin + j) % n if real else rank % n
-        rank_slices.extend(seq.slices(pad_at, 1))
-
+    rank_slices, total = _rank_span(n, rank, world_size, mode, seq.slices)
     return _rank_plan(
         rank_slices,
         total,
@@ -324,6 +320,23 @@ def plan_epoch(
             for w in range(k_of(num_workers))
         ],
     )
+
+
+def _rank_span(
+    n: int, rank: int, world_size: int, uneven: Uneven, take: Callable[[int, int], list[Any]]
+) -> tuple[list[Any], int]:
+    """A rank's contiguous share of an epoch sequence of ``n`` items (``take(start, length)``
+    returns its items) and its sample count: padded by at most one repeated item under
+    uneven="pad", cut to floor(n / world_size) under "drop"."""
+    q, r = divmod(n, world_size)
+    real = q + (1 if rank < r else 0)
+    begin = rank * q + min(rank, r)
+    total = samples_per_rank(n, world_size=world_size, uneven=uneven)
+    items = take(begin, min(real, total)) if real else []
+    for j in range(total - min(real, total)):  # padding: at most one sample
+        pad_at = (begin + j) % n if real else rank % n
+        items.extend(take(pad_at, 1))
+    return items, total
 
 
 def k_of(num_workers: int) -> int:
@@ -501,14 +514,11 @@ def _plan_items(
     """Like plan_epoch, over the remaining items of an interrupted epoch (kept in their order;
     each worker shuffles its stream with seeds of this generation)."""
     n = sum(len(it) for it in remaining)
-    q, r = divmod(n, world_size)
-    real = q + (1 if rank < r else 0)
-    begin = rank * q + min(rank, r)
-    total = samples_per_rank(n, world_size=world_size, uneven=uneven) if n else 0
-    rank_items = take_items(remaining, begin, min(real, total)) if real else []
-    for j in range(total - min(real, total)):
-        pad_at = (begin + j) % n if real else rank % n
-        rank_items.extend(take_items(remaining, pad_at, 1))
+
+    def take(start: int, length: int) -> list[Item]:
+        return take_items(remaining, start, length)
+
+    rank_items, total = _rank_span(n, rank, world_size, uneven, take) if n else ([], 0)
     return _rank_plan(
         rank_items,
         total,
@@ -524,6 +534,15 @@ def _plan_items(
         ],
         resumed=True,
     )
+
+
+def _checked(plan: RankPlan, seg: Segment) -> RankPlan:
+    if not 0 <= seg.batches <= plan.num_batches:
+        raise ConfigError(
+            f"the state says {seg.batches} batches were delivered, but that epoch has "
+            f"{plan.num_batches} on each rank"
+        )
+    return plan
 
 
 def plan_resumed(
@@ -581,45 +600,15 @@ def plan_resumed(
             batch_size,
         )
         if last and same:
-            plan = plan_for(remaining, g, rank, seg)
-            if not 0 <= seg.batches <= plan.num_batches:
-                raise ConfigError(
-                    f"the state says {seg.batches} batches were delivered, but this epoch has "
-                    f"{plan.num_batches} on each rank"
-                )
+            plan = _checked(plan_for(remaining, g, rank, seg), seg)
             skips = delivered_per_worker(plan, seg.batches)
             workers = tuple(
-                WorkerPlan(
-                    worker=wp.worker,
-                    slices=wp.slices,
-                    pieces=wp.pieces,
-                    num_samples=wp.num_samples,
-                    num_batches=wp.num_batches,
-                    last_batch_size=wp.last_batch_size,
-                    shuffle_seed=wp.shuffle_seed,
-                    skip=skip,
-                )
-                for wp, skip in zip(plan.workers, skips, strict=True)
+                replace(wp, skip=skip) for wp, skip in zip(plan.workers, skips, strict=True)
             )
-            return RankPlan(
-                epoch=plan.epoch,
-                rank=plan.rank,
-                world_size=plan.world_size,
-                num_workers=plan.num_workers,
-                batch_size=plan.batch_size,
-                num_samples=plan.num_samples,
-                num_batches=plan.num_batches,
-                workers=workers,
-                resume_at=seg.batches,
-            )
+            return replace(plan, workers=workers, resume_at=seg.batches)
         nxt: list[Item] = []
         for r in range(seg.world_size):
-            plan = plan_for(remaining, g, r, seg)
-            if not 0 <= seg.batches <= plan.num_batches:
-                raise ConfigError(
-                    f"the state says {seg.batches} batches were delivered, but that epoch had "
-                    f"{plan.num_batches} on each rank"
-                )
+            plan = _checked(plan_for(remaining, g, r, seg), seg)
             nxt.extend(remaining_items(plan, seg.batches, shuffle_buffer if shuffle else 0))
         remaining = nxt
     return plan_for(remaining, len(history), rank, here)

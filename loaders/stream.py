@@ -105,16 +105,12 @@ class _OpenAhead:
 
 def read_slices(
     slices: Iterable[Slice],
-    index: DatasetIndex | tuple[str, ...],
+    index: DatasetIndex,
     access: ShardAccess | None = None,
-    *,
-    open_ahead: bool = True,
 ) -> Iterator[Located]:
     """Yield the samples of each slice, in order: skip ``start`` samples by headers alone, then
     yield ``stop - start``. A shard with fewer samples than the manifest says is an error.
-    Remote shards are opened one ahead (``open_ahead``)."""
-    if not isinstance(index, DatasetIndex):
-        index = DatasetIndex(urls=tuple(index), sizes=(0,) * len(index))
+    Remote shards are opened one ahead."""
     access = access or ShardAccess()
     slices = list(slices)
 
@@ -127,7 +123,7 @@ def read_slices(
         for pos, s in enumerate(slices):
             url = index.urls[s.shard]
             with ahead.take(pos, s) as f:
-                if open_ahead and pos + 1 < len(slices):
+                if pos + 1 < len(slices):
                     nxt = slices[pos + 1]
                     if access.is_remote(index.urls[nxt.shard]):
                         f.peek(1)  # this shard's request goes first
@@ -371,8 +367,7 @@ class BatchAssembler:
         sizes = [batch_size] * plan.num_batches
         if sizes:
             sizes[-1] = plan.last_batch_size
-        done = plan.num_batches if plan.skip >= plan.num_samples else plan.skip // batch_size
-        sizes = sizes[done:]
+        sizes = sizes[plan.first_batch(batch_size) :]
         it = self.decoded(samples)
         for n in sizes:
             before, bytes_before = self.replaced, self.bytes_read

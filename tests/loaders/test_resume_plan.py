@@ -24,19 +24,15 @@ def delivered(plan: RankPlan, buffer: int) -> list[list[tuple[int, int]]]:
         sizes = [plan.batch_size] * wp.num_batches
         if sizes:
             sizes[-1] = wp.last_batch_size
-        done = wp.num_batches if wp.skip >= wp.num_samples else wp.skip // plan.batch_size
         batches, pos = [], 0
-        for n in sizes[done:]:
+        for n in sizes[wp.first_batch(plan.batch_size) :]:
             batches.append(out[pos : pos + n])
             pos += n
         assert pos == len(out), "a worker's stream and its batch sizes disagree"
         per_worker.append(batches)
     order = plan.loader_order()  # what torch's round robin over the workers gives
     assert order == plan.batch_order()[plan.resume_at :]
-    firsts = [
-        wp.num_batches if wp.skip >= wp.num_samples else wp.skip // plan.batch_size
-        for wp in plan.workers
-    ]
+    firsts = [wp.first_batch(plan.batch_size) for wp in plan.workers]
     return [per_worker[w][b - firsts[w]] for w, b in order]
 
 
