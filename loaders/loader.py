@@ -95,6 +95,9 @@ class ShardStreamDataset(IterableDataset):
         # batch buffer slots per worker: 1 = the main process is done with it (BufferPool)
         self._pool_flags = mp.get_context().RawArray("b", max(1, config.num_workers) * POOL_SLOTS)
         self._pool: BufferPool | None = None
+        # set by StreamingLoader.load_state_dict before workers start
+        self.resume: Resume | None = None
+        self._resumed_plan: tuple[Resume, RankPlan] | None = None
         self._len = num_batches(
             index.num_samples,
             world_size=topology.world_size,
@@ -122,35 +125,10 @@ class ShardStreamDataset(IterableDataset):
             self._pool = BufferPool(self._pool_flags, worker * POOL_SLOTS, POOL_SLOTS)
         return self._pool
 
-    # set by StreamingLoader.load_state_dict before workers start: (epoch, history)
-    resume: Resume | None = None
-
     def plan(self, epoch: int | None = None) -> RankPlan:
         c = self.config
         epoch = self.epoch if epoch is None else epoch
-        if self.resume is not None and self.resume.epoch == epoch:
-            key = (epoch, self.resume)
-            cached = getattr(self, "_resumed_plan", None)
-            if cached is not None and cached[0] == key:
-                return cached[1]
-            plan = plan_resumed(
-                self.index.sizes,
-                self.resume.history,
-                seed=c.seed,
-                epoch=epoch,
-                rank=self.topology.rank,
-                world_size=self.topology.world_size,
-                num_workers=c.num_workers,
-                batch_size=c.batch_size,
-                shuffle=c.shuffle,
-                shuffle_buffer=c.shuffle_buffer,
-                uneven=c.uneven,
-                drop_last=c.drop_last,
-            )
-            self._resumed_plan = (key, plan)
-            return plan
-        return plan_epoch(
-            self.index.sizes,
+        args = dict(
             seed=c.seed,
             epoch=epoch,
             rank=self.topology.rank,
@@ -161,6 +139,18 @@ class ShardStreamDataset(IterableDataset):
             uneven=c.uneven,
             drop_last=c.drop_last,
         )
+        resume = self.resume
+        if resume is None or resume.epoch != epoch:
+            return plan_epoch(self.index.sizes, **args)  # type: ignore[arg-type]
+        if self._resumed_plan is None or self._resumed_plan[0] != resume:
+            plan = plan_resumed(
+                self.index.sizes,
+                resume.history,
+                shuffle_buffer=c.shuffle_buffer,
+                **args,  # type: ignore[arg-type]
+            )
+            self._resumed_plan = (resume, plan)
+        return self._resumed_plan[1]
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = get_worker_info()
