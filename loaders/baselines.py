@@ -70,18 +70,23 @@ def webdataset_loader(
     image_size: int,
     prefetch_factor: int,
     shuffle_buffer: int = 1000,
+    same_decoder: bool = False,
 ) -> Any:
+    """The plain upstream pipeline: PIL decode + the classic transforms, or, with
+    ``same_decoder``, wdstool's decode + augmentation on the raw bytes (uint8 batches)."""
     import webdataset as wds
 
-    tf = classic_train_transform(image_size)
+    ds = wds.WebDataset(
+        urls, nodesplitter=wds.split_by_node, shardshuffle=len(urls), empty_check=False
+    ).shuffle(shuffle_buffer)
+    if same_decoder:
+        transform: Any = _FastAugment(image_size)
+    else:
+        ds = ds.decode("pil")
+        transform = classic_train_transform(image_size)
     ds = (
-        wds.WebDataset(
-            urls, nodesplitter=wds.split_by_node, shardshuffle=len(urls), empty_check=False
-        )
-        .shuffle(shuffle_buffer)
-        .decode("pil")
-        .to_tuple("jpg;png;jpeg;webp", "cls", "__key__")
-        .map_tuple(tf, int, str)
+        ds.to_tuple("jpg;png;jpeg;webp", "cls", "__key__")
+        .map_tuple(transform, int, str)
         .batched(batch_size, partial=True)
     )
     kwargs: dict[str, Any] = {"prefetch_factor": prefetch_factor} if workers else {}
@@ -101,31 +106,6 @@ class _FastAugment:
         if self.rng is None:
             self.rng = random.Random()
         return train_augment(decode_rgb(data), self.image_size, self.rng)
-
-
-def webdataset_fast_loader(
-    urls: list[str],
-    *,
-    workers: int,
-    batch_size: int,
-    image_size: int,
-    prefetch_factor: int,
-    shuffle_buffer: int = 1000,
-) -> Any:
-    """Upstream webdataset with the same decoder and augmentation as wdstool (uint8 batches)."""
-    import webdataset as wds
-
-    ds = (
-        wds.WebDataset(
-            urls, nodesplitter=wds.split_by_node, shardshuffle=len(urls), empty_check=False
-        )
-        .shuffle(shuffle_buffer)
-        .to_tuple("jpg;png;jpeg;webp", "cls", "__key__")
-        .map_tuple(_FastAugment(image_size), int, str)
-        .batched(batch_size, partial=True)
-    )
-    kwargs: dict[str, Any] = {"prefetch_factor": prefetch_factor} if workers else {}
-    return wds.WebLoader(ds, batch_size=None, num_workers=workers, **kwargs)
 
 
 def _ceiling_worker(args: tuple[list[bytes], int, bool, int, Any]) -> tuple[int, float]:

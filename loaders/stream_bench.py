@@ -17,7 +17,6 @@ from typing import Any
 from loaders.baselines import (
     ceiling,
     imagefolder_loader,
-    webdataset_fast_loader,
     webdataset_loader,
 )
 from loaders.bench import RunResult, measure, recommend
@@ -194,32 +193,24 @@ def run_stream_bench(
                         w,
                         _tuple_len,
                     )
-                if cfg.webdataset_fast:
-                    run(
-                        "webdataset-fast",
-                        lambda w=w: webdataset_fast_loader(
-                            list(index.urls),
-                            workers=w,
-                            batch_size=cfg.batch_size,
-                            image_size=cfg.image_size,
-                            prefetch_factor=cfg.prefetch_factor,
-                        ),
-                        w,
-                        _tuple_len,
-                    )
-                if cfg.webdataset:
-                    run(
-                        "webdataset",
-                        lambda w=w: webdataset_loader(
-                            list(index.urls),
-                            workers=w,
-                            batch_size=cfg.batch_size,
-                            image_size=cfg.image_size,
-                            prefetch_factor=cfg.prefetch_factor,
-                        ),
-                        w,
-                        _tuple_len,
-                    )
+                for name, enabled, same in (
+                    ("webdataset-fast", cfg.webdataset_fast, True),
+                    ("webdataset", cfg.webdataset, False),
+                ):
+                    if enabled:
+                        run(
+                            name,
+                            lambda w=w, same=same: webdataset_loader(
+                                list(index.urls),
+                                workers=w,
+                                batch_size=cfg.batch_size,
+                                image_size=cfg.image_size,
+                                prefetch_factor=cfg.prefetch_factor,
+                                same_decoder=same,
+                            ),
+                            w,
+                            _tuple_len,
+                        )
         if cfg.with_ceiling:
             for w in sorted(set(cfg.workers)):
                 limit = None if cfg.batches is None else cfg.batches * cfg.batch_size

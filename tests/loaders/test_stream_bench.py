@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from loaders.baselines import imagefolder_loader, webdataset_fast_loader, webdataset_loader
+from loaders.baselines import imagefolder_loader, webdataset_loader
 from loaders.stream_bench import BenchConfig, run_stream_bench
 from tests.conftest import run_cli
 from tests.loaders.conftest import shard_keys
@@ -109,8 +109,8 @@ def test_baselines_read_the_same_samples(uneven_dataset: Path) -> None:
         seen.extend(batch_keys)
     assert sorted(seen) == sorted(keys)
     fast = []
-    for img, _label, batch_keys in webdataset_fast_loader(
-        urls, workers=1, batch_size=4, image_size=32, prefetch_factor=2
+    for img, _label, batch_keys in webdataset_loader(
+        urls, workers=1, batch_size=4, image_size=32, prefetch_factor=2, same_decoder=True
     ):
         assert img.dtype == torch.uint8 and img.shape[1:] == (3, 32, 32)
         fast.extend(batch_keys)
