@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import resource
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ import pytest
 from shard_writer.pack import PackOptions, pack
 from tests.conftest import REPO, dir_bytes, make_tree, run_cli
 from tests.faults.conftest import runs
+from tests.shard_writer.test_resume import kill_mid_pack
 from wdstool.errors import InputError
 
 pytestmark = pytest.mark.slow
@@ -44,13 +43,6 @@ def _complete_shards_only(dest: Path, ref: Path) -> None:
         assert hashlib.sha256(p.read_bytes()).hexdigest() == hashes[p.name], p.name
 
 
-def _published(dest: Path) -> int:
-    try:
-        return sum(1 for e in os.scandir(dest) if e.name.endswith(".tar"))
-    except FileNotFoundError:
-        return 0
-
-
 def test_kill_9_at_random_moments_then_resume(tree_and_ref, tmp_path: Path, record) -> None:
     src, ref = tree_and_ref
     rec = record("pack: kill -9 at a random moment, then rerun")
@@ -64,18 +56,7 @@ def test_kill_9_at_random_moments_then_resume(tree_and_ref, tmp_path: Path, reco
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
-        # freeze the group when a random number of shards is out (plus a random moment), then
-        # kill it: the kill lands between shards, inside a write, around a marker or a rename
-        target, extra = rng.randrange(0, 90), rng.uniform(0, 0.003)
-        deadline = time.monotonic() + 60
-        while _published(dest) < target and proc.poll() is None:
-            assert time.monotonic() < deadline
-        until = time.monotonic() + extra
-        while time.monotonic() < until:
-            pass
-        os.killpg(proc.pid, signal.SIGSTOP)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        kill_mid_pack(proc, dest, rng, max_shards=90)
         _complete_shards_only(dest, ref)
         r = run_cli("pack", str(src), str(dest), *ARGS, "--json")
         assert json.loads(r.stdout)["samples"] == 600

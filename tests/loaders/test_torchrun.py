@@ -23,8 +23,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def torchrun(nproc: int, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    cmd = [
+def train_ddp_cmd(nproc: int, *args: str) -> list[str]:
+    """torchrun of examples/train_ddp.py on 127.0.0.1 with ``nproc`` ranks."""
+    return [
         sys.executable,
         "-m",
         "torch.distributed.run",
@@ -34,8 +35,17 @@ def torchrun(nproc: int, *args: str, timeout: float = 240) -> subprocess.Complet
         str(REPO / "examples" / "train_ddp.py"),
         *args,
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)
+
+
+def torchrun_env() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+
+
+def torchrun(nproc: int, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    cmd = train_ddp_cmd(nproc, *args)
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO, env=torchrun_env()
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 

@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -15,20 +14,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.loaders.test_torchrun import free_port
+from tests.loaders.test_torchrun import torchrun_env, train_ddp_cmd
 
 pytestmark = pytest.mark.slow
 
 
 def _cmd(nproc: int, data: Path, run: Path, *extra: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        f"--nproc_per_node={nproc}",
-        "--master_addr=127.0.0.1",
-        f"--master_port={free_port()}",
-        str(REPO / "examples" / "train_ddp.py"),
+    return train_ddp_cmd(
+        nproc,
         "--data",
         str(data),
         "--device",
@@ -44,15 +37,13 @@ def _cmd(nproc: int, data: Path, run: Path, *extra: str) -> list[str]:
         "--keys-log",
         str(run),
         *extra,
-    ]
-
-
-def _env() -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    )
 
 
 def _run(cmd: list[str]) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO, env=_env())
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=300, cwd=REPO, env=torchrun_env()
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
@@ -98,7 +89,7 @@ def _kill_mid_epoch(cmd: list[str], ckpt: Path) -> tuple[int, int]:
     proc = subprocess.Popen(
         cmd,
         cwd=REPO,
-        env=_env(),
+        env=torchrun_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,

@@ -50,6 +50,23 @@ def _start(src: Path, dest: Path, workers: int) -> subprocess.Popen:
     )
 
 
+def kill_mid_pack(proc: subprocess.Popen, dest: Path, rng: random.Random, max_shards: int) -> None:
+    """Freeze the pack's whole process group the moment a random number (< max_shards) of
+    shards is published, plus a random fraction of one shard's time, then SIGKILL it: the kill
+    lands between shards, inside a shard write, or around a marker/rename. A pack of tiny
+    images takes ~2 ms a shard, so the watch is a busy loop and SIGSTOP comes before SIGKILL."""
+    target, extra = rng.randrange(0, max_shards), rng.uniform(0, 0.002)
+    deadline = time.monotonic() + 60
+    while _published(dest) < target and proc.poll() is None:
+        assert time.monotonic() < deadline
+    until = time.monotonic() + extra
+    while time.monotonic() < until:
+        pass
+    os.killpg(proc.pid, signal.SIGSTOP)
+    os.killpg(proc.pid, signal.SIGKILL)  # the whole group: pool workers die too, like a crash
+    proc.wait()
+
+
 def _published(dest: Path) -> int:
     try:
         return sum(1 for e in os.scandir(dest) if e.name.endswith(".tar"))
@@ -66,21 +83,8 @@ def test_kill_9_then_rerun_is_byte_identical(run: int, tree_and_reference, tmp_p
     rng = random.Random(run)
     workers = 1 + run % 2
     proc = _start(src, dest, workers)
-    # Freeze the whole group the moment a random number of shards is published (plus a random
-    # fraction of one shard's time), then kill it: the kill lands mid-pack, between shards, inside
-    # a shard write, or around a marker/rename. A whole pack of these tiny images takes ~0.2 s
-    # (~2 ms a shard), so the watch is a busy loop and SIGSTOP comes before SIGKILL.
-    target = rng.randrange(0, 60)
-    extra = rng.uniform(0, 0.002)
-    deadline = time.monotonic() + 60
-    while _published(dest) < target and proc.poll() is None:
-        assert time.monotonic() < deadline
-    until = time.monotonic() + extra
-    while time.monotonic() < until:
-        pass
-    os.killpg(proc.pid, signal.SIGSTOP)
-    os.killpg(proc.pid, signal.SIGKILL)  # the whole group: pool workers die too, like a crash
-    proc.wait()
+    # kill after a random number of shards (of 100) is published: the kill lands mid-pack
+    kill_mid_pack(proc, dest, rng, max_shards=60)
     assert not (dest / "index.json").exists(), "the pack finished before the kill"
     # whatever is under a final name must be a complete, correct shard
     for p in dest.glob("*.tar"):
