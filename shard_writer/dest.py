@@ -152,12 +152,8 @@ class Destination:
         """Run a storage operation with retries; translate what is left into one line.
         FileNotFoundError passes through when ``missing_ok`` (callers test for absence)."""
         where = self.display(name)
-
-        def attempt() -> T:
-            return fn()
-
         try:
-            return self.retry.call(where, attempt)
+            return self.retry.call(where, fn)
         except WdsToolError as exc:
             raise DestinationError(redact(exc.message, self.storage_options)) from None
         except FileNotFoundError:
