@@ -9,7 +9,6 @@ import os
 import random
 import signal
 import tarfile
-import threading
 import time
 import uuid
 from collections import Counter
@@ -99,6 +98,7 @@ def test_random_s3_faults_lose_and_repeat_nothing(s3_dataset: str, s3_server, re
         rec.recovered(lost=lost, duplicates=dup)
 
 
+@pytest.mark.timeout(120)  # a hang fails the test (pytest-timeout) instead of blocking CI
 def test_killed_dataloader_worker_is_a_clear_error_not_a_hang(
     tree: Path, tmp_path: Path, record
 ) -> None:
@@ -106,27 +106,17 @@ def test_killed_dataloader_worker_is_a_clear_error_not_a_hang(
     pack(str(tree), str(ds), PackOptions(workers=1, max_count=12))
     loader = make_loader(ds, 2, image_size=16, num_workers=2, prefetch_factor=1, seed=0)
     rec = record("a DataLoader worker killed mid-epoch")
-    outcome: dict = {}
-
-    def consume() -> None:
-        try:
-            it = iter(loader)
-            next(it)
-            pids = [w.pid for w in loader.dataloader._iterator._workers]
-            os.kill(pids[0], signal.SIGKILL)
-            for _ in it:
-                time.sleep(0.01)
-            outcome["result"] = "finished"
-        except Exception as exc:  # what the training loop sees
-            outcome["result"] = f"{type(exc).__name__}: {exc}"
-
-    t = threading.Thread(target=consume, daemon=True)
-    t.start()
-    t.join(60)
-    if t.is_alive():
-        rec.hang()
-        pytest.fail("the training loop hung after a worker was killed")
-    result = outcome["result"]
+    # consumed in the main thread, as a training loop is: torch reports a dead worker from its
+    # SIGCHLD handler or its next get(), both of which raise there
+    try:
+        it = iter(loader)
+        next(it)
+        os.kill(loader.dataloader._iterator._workers[0].pid, signal.SIGKILL)
+        for _ in it:
+            time.sleep(0.01)
+        result = "finished"
+    except RuntimeError as exc:
+        result = f"{type(exc).__name__}: {exc}"
     assert "killed by signal" in result or "exited unexpectedly" in result, result
     rec.clear_error(result.splitlines()[0], ("DataLoader worker", "killed"))
 
