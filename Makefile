@@ -23,7 +23,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet $(TORCH_PINS) -e '.[dev]'
+	$(PY) -m pip install --quiet $(TORCH_PINS) -e '.[dev,ray]'
 	touch $(STAMP)
 
 demo: $(STAMP)

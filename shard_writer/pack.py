@@ -40,6 +40,7 @@ from wdstool.errors import ConfigError, DestinationError, InputError, ShardError
 log = logging.getLogger(__name__)
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 STATE_NAME = f"{STATE_DIR}/state.json"
+ENGINES = ("local", "ray")
 
 
 def usable_cores() -> int:
@@ -63,6 +64,8 @@ class PackOptions:
     quality: int | None = None
     overwrite: bool = False
     sync: bool = True  # fsync shards before index.json (durability; not part of the output)
+    engine: str = "local"  # "local" (process pool) or "ray"; never part of the output
+    ray_address: str | None = None
 
     def __post_init__(self) -> None:
         if not _PREFIX_RE.match(self.prefix) or "/" in self.prefix:
@@ -73,6 +76,8 @@ class PackOptions:
             raise ConfigError(f"--max-side must be >= 8 pixels, got {self.max_side}")
         if self.quality is not None and not 1 <= self.quality <= 100:
             raise ConfigError(f"--quality must be within 1..100, got {self.quality}")
+        if self.engine not in ENGINES:
+            raise ConfigError(f"--engine {self.engine!r}: choose one of {', '.join(ENGINES)}")
         object.__setattr__(self, "on_error", OnError(self.on_error))
         LayoutOptions(max_count=self.max_count, max_size=self.max_size)  # validates limits
 
@@ -143,6 +148,8 @@ class PackSummary:
             "mb_per_s": round(self.mb_per_s, 1),
             "workers": self.workers,
             "up_to_date": self.up_to_date,
+            "engine": "local",
+            **self.extra,
         }
 
 
@@ -252,8 +259,9 @@ def _run_task(task: ShardTask) -> ShardOutcome:
 def _execute(
     tasks: list[ShardTask], pool: ProcessPoolExecutor | None, q: Any, progress: ProgressFn
 ) -> list[ShardOutcome]:
-    """Write the shards, inline or in the pool; progress comes through ``q`` from workers."""
-    if pool is None or len(tasks) <= 1:
+    """Write the shards, inline or in the pool; progress comes through ``q`` from workers
+    (per sample), or per finished shard when there is no ``q`` (Ray tasks)."""
+    if pool is None or (len(tasks) <= 1 and q is not None):
         outcomes = []
         for task in tasks:
             outcomes.append(write_shard(task, lambda n: progress(1, n, 0)))
@@ -266,8 +274,12 @@ def _execute(
             done, futures = wait(futures, timeout=0.2, return_when=FIRST_COMPLETED)
             _drain(q, progress)
             for fut in done:
-                outcomes.append(fut.result())
-                progress(0, 0, 1)
+                outcome = fut.result()
+                outcomes.append(outcome)
+                if q is None:
+                    progress(outcome.nsamples, outcome.source_bytes, 1)
+                else:
+                    progress(0, 0, 1)
     except BaseException:
         for fut in futures:
             fut.cancel()
@@ -277,7 +289,7 @@ def _execute(
 
 
 def _drain(q: Any, progress: ProgressFn) -> None:
-    while True:
+    while q is not None:
         try:
             n, nbytes = q.get_nowait()
         except queue_mod.Empty:
@@ -301,6 +313,8 @@ def pack(
     """
     options = options or PackOptions()
     workers = options.workers or usable_cores()
+    if options.engine == "ray":
+        return _pack_on_ray(src, dest_url, options, workers, storage_options, progress, on_total)
     if workers == 1:
         return _pack(src, dest_url, options, 1, None, None, storage_options, progress, on_total)
     ctx = mp.get_context("spawn")  # never fork a process that may hold threads (tqdm, s3fs)
@@ -317,6 +331,46 @@ def pack(
             raise
 
 
+def _absolute(url: str) -> str:
+    """A local path made absolute against the caller's directory: Ray tasks run wherever
+    their node was started."""
+    if "://" in url and not url.startswith("file://"):
+        return url
+    return os.path.abspath(url[len("file://") :] if url.startswith("file://") else url)
+
+
+def _pack_on_ray(
+    src: str,
+    dest_url: str,
+    options: PackOptions,
+    workers: int,
+    storage_options: dict[str, Any] | None,
+    progress: ProgressFn | None,
+    on_total: Callable[[int, int, str], None] | None,
+) -> PackSummary:
+    from shard_writer.ray_engine import ray_executor
+
+    src, dest_url = _absolute(src), _absolute(dest_url)
+    started = time.perf_counter()
+    with ray_executor(options.ray_address, workers) as pool:
+        ray_start = time.perf_counter() - started
+        try:
+            summary = _pack(
+                src, dest_url, options, workers, pool, None, storage_options, progress, on_total
+            )
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        summary.workers = pool.cpus()
+        summary.extra = {
+            "engine": "ray",
+            "ray_start_s": round(ray_start, 3),
+            "shards_per_node": pool.tasks_per_node("_run_task"),
+            "probes_per_node": pool.tasks_per_node("_probe_chunk"),
+        }
+        return summary
+
+
 def _pack(
     src: str,
     dest_url: str,
@@ -330,7 +384,7 @@ def _pack(
 ) -> PackSummary:
     progress = progress or (lambda *_: None)
     started = time.perf_counter()
-    scan = scan_imagefolder(src)
+    scan = scan_imagefolder(src, storage_options)
     if options.on_error is OnError.FAIL and scan.problems:
         p = scan.problems[0]
         raise InputError(f"{os.path.join(scan.root, p.path)}: {p.reason}")

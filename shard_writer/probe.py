@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
+from shard_writer import sources
 from shard_writer.image import BadImage, PreparedImage, prepare_image
 from shard_writer.scan import Scan, Skipped, SourceFile, printable
 from wdstool.errors import InputError
@@ -47,45 +48,67 @@ class ImageInfo:
     payload_size: int
 
 
-def read_source(root: str, relpath: str, expected_size: int | None) -> bytes:
-    """Read a whole source file; raise BadImage with a user-facing reason."""
-    path = os.path.join(root, relpath)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        raise BadImage("vanished during pack (or broken symlink)") from None
-    except OSError as exc:
-        raise BadImage(f"unreadable: {exc.strerror or exc}") from None
+def read_source(
+    root: str, relpath: str, expected_size: int | None, storage_options: dict | None = None
+) -> bytes:
+    """Read a whole source file (or object); raise BadImage with a user-facing reason."""
+    if sources.is_remote(root):
+        try:
+            data = sources.read_range(root, relpath, storage_options)
+        except sources.Missing:
+            raise BadImage("vanished during pack") from None
+    else:
+        path = os.path.join(root, relpath)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            raise BadImage("vanished during pack (or broken symlink)") from None
+        except OSError as exc:
+            raise BadImage(f"unreadable: {exc.strerror or exc}") from None
     if expected_size is not None and len(data) != expected_size:
         raise BadImage(f"changed during pack: {len(data)} bytes, {expected_size} when scanned")
     return data
 
 
-def _head_and_tail(path: str, size: int) -> bytes:
+def _ends_well(head: bytes, tail: bytes) -> bool:
+    return b"\xff\xd9" in tail or b"IEND" in tail or not head.startswith((b"\xff\xd8", b"\x89PNG"))
+
+
+def _head_and_tail(
+    root: str, relpath: str, size: int, storage_options: dict | None = None
+) -> bytes:
     """Enough of the file to parse the header and see the end marker, without reading it all."""
-    try:
-        with open(path, "rb") as f:
-            if size <= 2 * 65536:
-                return f.read()
-            head = f.read(65536)
-            f.seek(size - _TAIL)
-            tail = f.read()
-    except FileNotFoundError:
-        raise BadImage("vanished during pack (or broken symlink)") from None
-    except OSError as exc:
-        raise BadImage(f"unreadable: {exc.strerror or exc}") from None
-    if b"\xff\xd9" in tail or b"IEND" in tail or not head.startswith((b"\xff\xd8", b"\x89PNG")):
+    if size <= 2 * 65536:
+        return read_source(root, relpath, None, storage_options)
+    if sources.is_remote(root):
+        try:
+            head = sources.read_range(root, relpath, storage_options, 0, 65536)
+            tail = sources.read_range(root, relpath, storage_options, size - _TAIL, size)
+        except sources.Missing:
+            raise BadImage("vanished during pack") from None
+    else:
+        try:
+            with open(os.path.join(root, relpath), "rb") as f:
+                head = f.read(65536)
+                f.seek(size - _TAIL)
+                tail = f.read()
+        except FileNotFoundError:
+            raise BadImage("vanished during pack (or broken symlink)") from None
+        except OSError as exc:
+            raise BadImage(f"unreadable: {exc.strerror or exc}") from None
+    if _ends_well(head, tail):
         return head + tail
-    with open(path, "rb") as f:  # rare: a long trailer after the end marker
-        return f.read()
+    return read_source(root, relpath, None, storage_options)  # rare: a trailer after the end marker
 
 
-def probe_one(root: str, f: SourceFile, encode: EncodeOptions) -> ImageInfo:
+def probe_one(
+    root: str, f: SourceFile, encode: EncodeOptions, storage_options: dict | None = None
+) -> ImageInfo:
     """Check one input; raise BadImage with the reason."""
     if encode.verify_decode or encode.reencode:
         img = prepare_image(
-            read_source(root, f.relpath, f.size),
+            read_source(root, f.relpath, f.size, storage_options),
             verify_decode=encode.verify_decode,
             max_side=encode.max_side,
             quality=encode.quality,
@@ -93,18 +116,18 @@ def probe_one(root: str, f: SourceFile, encode: EncodeOptions) -> ImageInfo:
         return ImageInfo(img.ext, img.width, img.height, img.fmt, len(img.payload))
     if f.size == 0:
         raise BadImage("empty file")
-    sample = _head_and_tail(os.path.join(root, f.relpath), f.size)
+    sample = _head_and_tail(root, f.relpath, f.size, storage_options)
     img = prepare_image(sample)
     return ImageInfo(img.ext, img.width, img.height, img.fmt, f.size)
 
 
 def _probe_chunk(
-    root: str, files: list[SourceFile], encode: EncodeOptions
+    root: str, files: list[SourceFile], encode: EncodeOptions, storage_options: dict | None = None
 ) -> list[ImageInfo | str]:
     out: list[ImageInfo | str] = []
     for f in files:
         try:
-            out.append(probe_one(root, f, encode))
+            out.append(probe_one(root, f, encode, storage_options))
         except BadImage as exc:
             out.append(str(exc))
     return out
@@ -125,11 +148,13 @@ def probe_files(
     results: list[ImageInfo | str] = []
     if pool is None or len(chunks) <= 1:
         parts: Iterable[list[ImageInfo | str]] = (
-            _probe_chunk(scan.root, chunk, encode) for chunk in chunks
+            _probe_chunk(scan.root, chunk, encode, scan.storage_options) for chunk in chunks
         )
     else:
         n = len(chunks)
-        parts = pool.map(_probe_chunk, [scan.root] * n, chunks, [encode] * n)
+        parts = pool.map(
+            _probe_chunk, [scan.root] * n, chunks, [encode] * n, [scan.storage_options] * n
+        )
     for chunk, part in zip(chunks, parts, strict=True):
         results.extend(part)
         if progress:
@@ -147,10 +172,14 @@ def probe_files(
 
 
 def payload_for(
-    root: str, f: SourceFile, info: ImageInfo, encode: EncodeOptions
+    root: str,
+    f: SourceFile,
+    info: ImageInfo,
+    encode: EncodeOptions,
+    storage_options: dict | None = None,
 ) -> tuple[bytes, int]:
     """(bytes to store, source bytes read) for a probed input, at write time."""
-    data = read_source(root, f.relpath, f.size)
+    data = read_source(root, f.relpath, f.size, storage_options)
     if not encode.reencode:
         return data, len(data)
     img: PreparedImage = prepare_image(data, max_side=encode.max_side, quality=encode.quality)

@@ -13,6 +13,7 @@ import errno
 import os
 from dataclasses import dataclass
 
+from shard_writer import sources
 from wdstool.errors import InputError
 
 # torchvision.datasets.folder.IMG_EXTENSIONS
@@ -58,6 +59,7 @@ class Scan:
     classes: tuple[str, ...]
     files: tuple[SourceFile, ...]
     problems: tuple[Skipped, ...]
+    storage_options: dict | None = None  # for a SRC on an object store
 
     @property
     def class_to_idx(self) -> dict[str, int]:
@@ -77,13 +79,18 @@ def _describe_stat_error(path: str, exc: OSError) -> str:
     return f"cannot stat: {exc.strerror or exc}"
 
 
-def scan_imagefolder(root: str | os.PathLike[str]) -> Scan:
+def scan_imagefolder(root: str | os.PathLike[str], storage_options: dict | None = None) -> Scan:
     """Walk ``root`` (``root/<class>/**/<image>``) and return every candidate image.
 
-    Raises InputError when root is missing, is not a directory, or has no class folder.
-    Files are only stat'ed here; their content is checked when shards are written.
+    ``root`` may be a URL (``s3://bucket/prefix``): it is then listed in one recursive listing
+    and put in the same order. Raises InputError when root is missing, is not a directory, or
+    has no class folder. Files are only stat'ed here; their content is checked when shards are
+    written.
     """
     root = os.fspath(root)
+    if sources.is_remote(root):
+        return _scan_remote(root.rstrip("/"), storage_options)
+    root = sources.local_path(root)
     if not os.path.exists(root):
         raise InputError(f"{root}: no such directory")
     if not os.path.isdir(root):
@@ -122,3 +129,24 @@ def scan_imagefolder(root: str | os.PathLike[str]) -> Scan:
                 Skipped(printable(name), "empty class folder: no file with an image extension")
             )
     return Scan(root=root, classes=tuple(classes), files=tuple(files), problems=tuple(problems))
+
+
+def _scan_remote(root: str, storage_options: dict | None) -> Scan:
+    classes, found, empty = sources.imagefolder_order(
+        sources.list_tree(root, storage_options), IMG_EXTENSIONS
+    )
+    if not classes:
+        raise InputError(
+            f"{root}: not an ImageFolder tree: no class folders found (expected SRC/<class>/<image>)"
+        )
+    files = tuple(SourceFile(i, rel, c, size) for i, (c, rel, size) in enumerate(found))
+    problems = tuple(
+        Skipped(name, "empty class folder: no file with an image extension") for name in empty
+    )
+    return Scan(
+        root=root,
+        classes=tuple(classes),
+        files=files,
+        problems=problems,
+        storage_options=storage_options,
+    )

@@ -154,7 +154,7 @@ def _write_samples(
     nsamples = filesize = source_bytes = 0
     for f, info, key in zip(spec.samples, spec.infos, spec.keys, strict=True):
         try:
-            payload, nread = payload_for(task.root, f, info, task.encode)
+            payload, nread = payload_for(task.root, f, info, task.encode, task.storage_options)
         except BadImage as exc:
             # the probe accepted it: the file changed since; counts are fixed by now
             raise InputError(f"{os.path.join(task.root, printable(f.relpath))}: {exc}") from None

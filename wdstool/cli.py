@@ -217,6 +217,23 @@ def sample_data_cmd(
     help="fsync every shard before index.json is written. --no-sync is faster on slow disks, "
     "but a power loss right after the pack can leave a manifest naming unflushed data.",
 )
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="local: a process pool on this machine. ray: probing and every shard run as Ray "
+    "tasks (pip install 'wdstool[ray]'); same bytes as local. SRC and DEST must then be "
+    "reachable from every node (s3://... for both, or a shared folder).",
+)
+@click.option(
+    "--ray-address",
+    default=None,
+    metavar="HOST:PORT",
+    help="Join this Ray cluster (else RAY_ADDRESS; else a local instance on 127.0.0.1 with "
+    "--workers CPUs is started and stopped). Clusters started with `ray start` use token "
+    "auth: the driver needs the cluster's token (RAY_AUTH_TOKEN or ~/.ray/auth_token).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no human summary.")
 @storage_options_from_cli
@@ -236,6 +253,8 @@ def pack_cmd(
     overwrite: bool,
     resume: bool,
     sync: bool,
+    engine: str,
+    ray_address: str | None,
     as_json: bool,
     quiet: bool,
     storage_options: dict[str, Any] | None,
@@ -249,7 +268,8 @@ def pack_cmd(
     running the same command again.
 
     DEST may be a local folder or any fsspec URL, e.g. s3://bucket/prefix: each shard is built
-    locally, uploaded whole, checked (size and ETag), and index.json is uploaded last.
+    locally, uploaded whole, checked (size and ETag), and index.json is uploaded last. SRC may
+    be one too (listed once, recursively; images read with ranged GETs).
     """
     from tqdm import tqdm
 
@@ -268,6 +288,8 @@ def pack_cmd(
         quality=quality,
         overwrite=overwrite,
         sync=sync,
+        engine=engine,
+        ray_address=ray_address,
     )
     bar = tqdm(
         total=0,
@@ -325,6 +347,11 @@ def pack_cmd(
         f"{summary.mb_per_s:.0f} MB/s, {summary.workers} workers; "
         f"{summary.written_shards} shards written, {summary.reused_shards} reused"
     )
+    per_node = summary.extra.get("shards_per_node")
+    if per_node:
+        click.echo(
+            "  ray shards per node: " + ", ".join(f"{node} {n}" for node, n in per_node.items())
+        )
     if summary.skipped:
         click.echo(f"  skipped {len(summary.skipped)} inputs:")
         for s in summary.skipped[:20]:

@@ -1,0 +1,181 @@
+"""``pack --engine ray``: the same pack, with probing and shard writing run as Ray tasks.
+
+Nothing here schedules anything: the driver computes the layout with the same pure function as
+the local engine, and hands the same picklable work items (probe chunks, :class:`ShardTask`)
+to Ray through a ``concurrent.futures.Executor`` facade, so :mod:`shard_writer.pack` runs one
+code path for both engines and the output is byte-identical. Ray retries a task whose worker
+or node dies (``max_retries``); a shard task is idempotent (temporary name, atomic publish).
+
+- Without an address (``--ray-address`` or ``RAY_ADDRESS``) a local Ray instance is started
+  on 127.0.0.1 only and stopped at the end; with one, the driver joins that cluster after
+  checking within seconds that its address answers (``ray.init`` on an unreachable address
+  waits for minutes).
+- Errors raised on purpose in a task (one-line :class:`WdsToolError`) come back as values and
+  are raised in the driver unchanged, not as Ray's multi-line ``RayTaskError``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import sys
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future
+from typing import Any
+
+from wdstool.errors import ConfigError, WdsToolError
+
+log = logging.getLogger(__name__)
+INSTALL_HINT = "--engine ray needs Ray: pip install 'wdstool[ray]'"
+TASK_RETRIES = 3  # re-runs of a task whose worker process or node died
+CONNECT_TIMEOUT = 5.0
+
+
+def _task(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple[str, Any, str]:
+    """Runs on a Ray worker: (status, value, node)."""
+    import ray
+
+    node = ray.get_runtime_context().get_node_id()
+    try:
+        return "ok", fn(*args, **kwargs), node
+    except WdsToolError as exc:
+        return "error", exc, node
+
+
+class _RayFuture(Future):
+    def __init__(self, ray: Any, ref: Any) -> None:
+        super().__init__()
+        self._ray = ray
+        self._ref = ref
+
+    def cancel(self) -> bool:
+        with contextlib.suppress(Exception):
+            self._ray.cancel(self._ref)
+        return super().cancel()
+
+
+class RayExecutor(Executor):
+    """Runs ``fn(*args)`` as a Ray task (1 CPU each, spread over the nodes); counts the tasks
+    each node ran."""
+
+    def __init__(self, ray: Any) -> None:
+        self._ray = ray
+        # SPREAD: pack moves bytes; spreading the tasks uses every node's network and disks
+        # from the start instead of filling one node first
+        self._remote = ray.remote(
+            num_cpus=1, max_retries=TASK_RETRIES, scheduling_strategy="SPREAD"
+        )(_task)
+        self._pending: set[_RayFuture] = set()
+        self._lock = threading.Lock()
+        self.nodes: dict[str, Counter[str]] = {}  # function name -> node -> tasks
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
+        ref = self._remote.options(name=f"wdstool.{fn.__name__}").remote(fn, args, kwargs)
+        out = _RayFuture(self._ray, ref)
+        with self._lock:
+            self._pending.add(out)
+
+        def settle(done: Future) -> None:
+            with self._lock:
+                self._pending.discard(out)
+                if out.done():
+                    return
+                try:
+                    status, value, node = done.result()
+                except BaseException as exc:
+                    out.set_exception(exc)
+                    return
+                self.nodes.setdefault(fn.__name__, Counter())[node] += 1
+                if status == "ok":
+                    out.set_result(value)
+                else:
+                    out.set_exception(value)
+
+        ref.future().add_done_callback(settle)
+        return out
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        if cancel_futures:
+            with self._lock:
+                pending = list(self._pending)
+            for fut in pending:
+                fut.cancel()
+
+    def cpus(self) -> int:
+        return int(self._ray.cluster_resources().get("CPU", 0))
+
+    def tasks_per_node(self, fn_name: str) -> dict[str, int]:
+        """{"<node address>/<node id prefix>": tasks} for the tasks running ``fn_name``."""
+        addresses = {n["NodeID"]: n.get("NodeManagerAddress", "?") for n in self._ray.nodes()}
+        counts = self.nodes.get(fn_name, Counter())
+        return {f"{addresses.get(n, '?')}/{n[:8]}": k for n, k in sorted(counts.items())}
+
+
+def _gcs_host_port(address: str) -> tuple[str, int] | None:
+    """host and port of a cluster address (``HOST:PORT``, ``ray://HOST:PORT``); None for
+    Ray's own keywords (``auto``, ``local``)."""
+    rest = address.split("://", 1)[-1].rstrip("/")
+    if address in ("auto", "local") or ":" not in rest:
+        return None
+    host, _, port = rest.rpartition(":")
+    try:
+        return host.strip("[]"), int(port)
+    except ValueError:
+        raise ConfigError(f"--ray-address {address}: expected HOST:PORT") from None
+
+
+def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
+    hp = _gcs_host_port(address)
+    if hp is None:
+        return
+    try:
+        socket.create_connection(hp, timeout=timeout).close()
+    except OSError as exc:
+        reason = "timed out" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
+        raise ConfigError(
+            f"--ray-address {address}: cannot reach a Ray cluster there ({reason}); "
+            "start one with `ray start --head`, or leave --ray-address and RAY_ADDRESS unset "
+            "for a local instance"
+        ) from None
+
+
+@contextlib.contextmanager
+def ray_executor(address: str | None, num_cpus: int) -> Iterator[RayExecutor]:
+    """A RayExecutor on the cluster at ``address`` (or ``RAY_ADDRESS``), else on a local
+    instance with ``num_cpus`` CPUs started on 127.0.0.1 and stopped on the way out."""
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address is None:
+        # a local instance serves this process only: keep every Ray server on loopback
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(INSTALL_HINT) from None
+    if ray.is_initialized():  # a library caller's own Ray session: use it, leave it running
+        yield RayExecutor(ray)
+        return
+    if address is not None:
+        check_reachable(address)
+    kwargs: dict[str, Any] = {
+        "log_to_driver": False,
+        "logging_level": logging.WARNING,
+        "configure_logging": True,
+    }
+    try:
+        if address is None:
+            ray.init(num_cpus=num_cpus, include_dashboard=False, **kwargs)
+        else:
+            ray.init(address=address, **kwargs)
+    except ConnectionError as exc:
+        raise ConfigError(f"--ray-address {address}: {' '.join(str(exc).split())}") from None
+    try:
+        # Ray's driver prints cluster events (a worker died, a task is retried) on stdout; keep
+        # stdout for what wdstool itself prints (--json)
+        with contextlib.redirect_stdout(sys.stderr):
+            yield RayExecutor(ray)
+    finally:
+        ray.shutdown()

@@ -1,0 +1,107 @@
+"""`wdstool pack s3://.../images DEST`: SRC on an object store, listed once, read with ranged
+GETs, packed into the same bytes as the same tree on local disk."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from shard_writer.scan import scan_imagefolder
+from tests.conftest import dir_bytes, make_tree, run_cli
+
+pytestmark = pytest.mark.slow
+
+
+def upload_tree(s3_server, tree: Path, bucket: str, prefix: str) -> str:
+    client = s3_server.client()
+    for path in sorted(tree.rglob("*")):
+        if path.is_file():
+            key = f"{prefix}/{path.relative_to(tree).as_posix()}"
+            client.put_object(Bucket=bucket, Key=key, Body=path.read_bytes())
+    return f"s3://{bucket}/{prefix}"
+
+
+@pytest.fixture
+def odd_tree(tmp_path: Path) -> Path:
+    """Classes with nested folders, names that sort differently as paths and as strings,
+    a big image (head+tail probe), a non-image, a file outside any class, a broken image."""
+    from tests.conftest import jpeg_bytes
+
+    root = make_tree(tmp_path / "src", {"b": 5, "a-x": 4, "a": 6}, seed=3)
+    (root / "a" / "sub").mkdir()
+    (root / "a" / "sub" / "z.jpg").write_bytes(jpeg_bytes(77))
+    (root / "a" / "sub.d").mkdir()
+    (root / "a" / "sub.d" / "y.JPG").write_bytes(jpeg_bytes(78))
+    (root / "a" / "big.jpg").write_bytes(jpeg_bytes(79, size=(900, 700), quality=100))
+    assert (root / "a" / "big.jpg").stat().st_size > 2 * 65536
+    (root / "b" / "notes.txt").write_text("not an image")
+    (root / "b" / "broken.jpg").write_bytes(jpeg_bytes(80)[:300])
+    (root / "README.jpg").write_bytes(jpeg_bytes(81))
+    return root
+
+
+def test_remote_scan_lists_in_imagefolder_order(odd_tree: Path, s3_server, s3_bucket) -> None:
+    url = upload_tree(s3_server, odd_tree, s3_bucket, "data/images")
+    local = scan_imagefolder(odd_tree)
+    remote = scan_imagefolder(url + "/", s3_server.storage_options)
+    assert remote.classes == local.classes
+    assert [(f.relpath, f.class_idx, f.size) for f in remote.files] == [
+        (f.relpath, f.class_idx, f.size) for f in local.files
+    ]
+
+
+@pytest.mark.parametrize("extra", [[], ["--max-side", "48"]], ids=["stored", "reencoded"])
+def test_pack_from_s3_equals_pack_from_disk(
+    odd_tree: Path, tmp_path: Path, s3_server, s3_bucket, extra: list[str]
+) -> None:
+    url = upload_tree(s3_server, odd_tree, s3_bucket, "images")
+    common = ["--max-count", "4", "--workers", "2", "--json", *extra]
+    ref = json.loads(run_cli("pack", str(odd_tree), str(tmp_path / "ref"), *common).stdout)
+    env = {k: v for k, v in s3_server.env.items() if k != "AWS_ENDPOINT_URL"}
+    ep = ["--endpoint-url", s3_server.endpoint_url]
+    got = json.loads(run_cli("pack", url, str(tmp_path / "got"), *common, *ep, env=env).stdout)
+    assert got["samples"] == ref["samples"] and got["skipped"] == ref["skipped"]
+    assert [s["path"] for s in got["skipped"]] == ["b/broken.jpg"]
+    assert dir_bytes(tmp_path / "got") == dir_bytes(tmp_path / "ref")
+
+
+def test_missing_source_bucket_is_one_line(tmp_path: Path, s3_server) -> None:
+    env = {k: v for k, v in s3_server.env.items() if k != "AWS_ENDPOINT_URL"}
+    r = run_cli(
+        "pack",
+        "s3://no-such-bucket-here/images",
+        str(tmp_path / "out"),
+        "--endpoint-url",
+        s3_server.endpoint_url,
+        check=False,
+        env=env,
+    )
+    assert r.returncode != 0
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1 and "s3://no-such-bucket-here/images" in err[0], r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_ray_engine_s3_to_s3_equals_local_pack(
+    odd_tree: Path, tmp_path: Path, s3_server, s3_bucket
+) -> None:
+    """The normal cluster case: SRC and DEST both on S3, probing and shards as Ray tasks."""
+    pytest.importorskip("ray", reason="the ray extra is not installed")
+    src = upload_tree(s3_server, odd_tree, s3_bucket, "raw")
+    dest = f"s3://{s3_bucket}/packed"
+    common = ["--max-count", "4", "--workers", "2", "--json"]
+    run_cli("pack", str(odd_tree), str(tmp_path / "ref"), *common)
+    env = {k: v for k, v in s3_server.env.items() if k != "AWS_ENDPOINT_URL"}
+    ep = ["--endpoint-url", s3_server.endpoint_url]
+    out = run_cli("pack", src, dest, *common, *ep, "--engine", "ray", env=env)
+    summary = json.loads(out.stdout)
+    assert summary["engine"] == "ray" and sum(summary["shards_per_node"].values()) == 5
+    fs = s3_server.client()
+    got = {
+        o["Key"][len("packed/") :]: fs.get_object(Bucket=s3_bucket, Key=o["Key"])["Body"].read()
+        for o in fs.list_objects_v2(Bucket=s3_bucket, Prefix="packed/")["Contents"]
+        if not o["Key"].startswith("packed/.")
+    }
+    assert got == dir_bytes(tmp_path / "ref")

@@ -1,0 +1,203 @@
+"""`wdstool pack --engine ray`: a local Ray instance, a two-node cluster on loopback, a Ray
+worker killed mid-pack, and the errors a user meets first. Output must equal --engine local."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, dir_bytes, run_cli
+
+# every Ray server a test starts stays on 127.0.0.1; Ray reads this when it is imported
+LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+os.environ.update(LOOPBACK)
+ray = pytest.importorskip("ray", reason="the ray extra is not installed")
+pytestmark = pytest.mark.slow
+RAY_PROCS = ("raylet", "gcs_server", "ray::", "default_worker.py", "log_monitor.py", "monitor.py")
+
+
+def ray_processes() -> dict[int, str]:
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if any(p in cmd for p in RAY_PROCS):
+            out[int(pid)] = cmd[:120]
+    return out
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory) -> Path:
+    """Photo-like 450x380 JPEGs: re-encoding them is real work (~5 ms each), so tasks last long
+    enough for the second node's worker to start and take its share."""
+    root = tmp_path_factory.mktemp("raysrc") / "src"
+    run_cli("sample-data", str(root), "--images", str(IMAGES), "--classes", "4", "-q")
+    return root
+
+
+IMAGES, SHARDS = 400, 16
+PACK_OPTS = ["--max-count", "25", "--quality", "90", "--workers", "2"]
+
+
+@pytest.fixture(scope="module")
+def reference(tree: Path, tmp_path_factory) -> Path:
+    ref = tmp_path_factory.mktemp("rayref") / "ref"
+    run_cli("pack", str(tree), str(ref), *PACK_OPTS, "-q")
+    return ref
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A head node and a second node (1 CPU each) on 127.0.0.1, in this process's session."""
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "include_dashboard": False},
+    )
+    try:
+        c.add_node(num_cpus=1)
+        c.wait_for_nodes()
+        yield c
+    finally:
+        c.shutdown()
+
+
+def test_local_ray_instance_gives_local_bytes_and_leaves_no_process(
+    tree: Path, reference: Path, tmp_path: Path
+) -> None:
+    before = set(ray_processes())
+    r = run_cli(
+        "pack",
+        str(tree),
+        str(tmp_path / "out"),
+        *PACK_OPTS,
+        "--engine",
+        "ray",
+        "--json",
+        env={"RAY_ADDRESS": ""},
+    )
+    summary = json.loads(r.stdout)
+    assert summary["engine"] == "ray" and summary["written_shards"] == SHARDS
+    assert sum(summary["shards_per_node"].values()) == SHARDS
+    assert all(node.startswith("127.0.0.1/") for node in summary["shards_per_node"])
+    assert dir_bytes(tmp_path / "out") == dir_bytes(reference)
+    assert "engine" not in (tmp_path / "out" / "index.json").read_text()
+    deadline = time.monotonic() + 20
+    while (left := set(ray_processes()) - before) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, f"Ray processes outlived the pack: {ray_processes()}"
+
+
+def test_two_node_cluster_with_relative_paths(
+    tree: Path, reference: Path, tmp_path: Path, cluster
+) -> None:
+    """Relative SRC/DEST resolve against the caller's folder (the nodes were started elsewhere);
+    tasks run on both nodes; the bytes equal the local engine's."""
+    work = tmp_path / "caller"
+    work.mkdir()
+    os.symlink(tree, work / "images")
+    args = ["pack", "images", "shards", *PACK_OPTS, "--engine", "ray", "--json"]
+    summary = json.loads(run_cli(*args, "--ray-address", cluster.address, cwd=work).stdout)
+    assert dir_bytes(work / "shards") == dir_bytes(reference)
+    per_node = summary["shards_per_node"]
+    assert len(per_node) == 2 and sum(per_node.values()) == SHARDS, per_node
+    assert all(node.startswith("127.0.0.1/") for node in per_node)
+    assert summary["workers"] == 2  # the cluster's CPUs
+
+
+def test_driver_killed_then_rerun_reuses_shards(
+    tree: Path, reference: Path, tmp_path: Path, cluster
+) -> None:
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "wdstool", "pack", str(tree), str(out), *PACK_OPTS, "-q"]
+    cmd += ["--engine", "ray", "--ray-address", cluster.address]
+    proc = subprocess.Popen(cmd, cwd=REPO, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline:
+        if out.is_dir() and sum(p.suffix == ".tar" for p in out.iterdir()) >= 3:
+            proc.kill()
+            break
+        time.sleep(0.01)
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, "the pack finished before the kill"
+    assert not (out / "index.json").exists()
+    args = ["pack", str(tree), str(out), *PACK_OPTS, "--engine", "ray", "--json"]
+    summary = json.loads(run_cli(*args, "--ray-address", cluster.address).stdout)
+    assert summary["reused_shards"] >= 3
+    assert summary["reused_shards"] + summary["written_shards"] == SHARDS
+    assert dir_bytes(out) == dir_bytes(reference)
+
+
+def test_killed_ray_worker_is_retried_and_output_is_identical(
+    tree: Path, reference: Path, tmp_path: Path, cluster
+) -> None:
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "wdstool", "pack", str(tree), str(out), *PACK_OPTS]
+    cmd += ["--engine", "ray", "--ray-address", cluster.address, "--json"]
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    killed = None
+    deadline = time.monotonic() + 120
+    while killed is None and proc.poll() is None and time.monotonic() < deadline:
+        for pid, cmdline in ray_processes().items():
+            if "_run_task" in cmdline:
+                os.kill(pid, signal.SIGKILL)
+                killed = cmdline
+                break
+        else:
+            time.sleep(0.005)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert killed is not None, "no shard task was seen running"
+    assert proc.returncode == 0, stderr
+    assert json.loads(stdout)["written_shards"] == SHARDS
+    assert dir_bytes(out) == dir_bytes(reference)
+
+
+def test_unreachable_ray_address_fails_fast_in_one_line(tree: Path, tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    started = time.monotonic()
+    r = run_cli(
+        "pack",
+        str(tree),
+        str(tmp_path / "out"),
+        "--engine",
+        "ray",
+        "--ray-address",
+        f"127.0.0.1:{port}",
+        check=False,
+    )
+    assert r.returncode != 0 and time.monotonic() - started < 30
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"127.0.0.1:{port}" in lines[0] and "cannot reach" in lines[0]
+    assert not (tmp_path / "out" / "index.json").exists()
+
+
+def test_engine_ray_without_ray_names_the_extra(tree: Path, tmp_path: Path) -> None:
+    code = "import sys; sys.modules['ray'] = None; from wdstool.cli import main; main()"
+    r = subprocess.run(
+        [sys.executable, "-c", code, "pack", str(tree), str(tmp_path / "o"), "--engine", "ray"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert r.returncode != 0
+    assert r.stderr.strip() == "Error: --engine ray needs Ray: pip install 'wdstool[ray]'"
