@@ -57,6 +57,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument(
         "--log-every", type=int, default=20, help="log step time and data wait every N steps"
     )
+    p.add_argument(
+        "--cache-dir",
+        default=None,
+        help="node-local folder caching remote shards (shared by the ranks of a node)",
+    )
+    p.add_argument("--cache-limit", default=None, help="cache size limit, e.g. 500GB")
     p.add_argument("--checkpoint", type=Path, default=None, help="checkpoint folder")
     p.add_argument("--save-every", type=int, default=100, help="steps between checkpoints")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
@@ -122,6 +128,8 @@ def main() -> None:
         num_workers=args.workers,
         pin_memory=cuda,
         on_error=args.on_error,
+        cache_dir=args.cache_dir,
+        cache_limit=args.cache_limit,
     )
     num_classes = max(len(loader.dataset.index.classes), 2)
     model = small_resnet(num_classes).to(device)

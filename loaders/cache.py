@@ -4,11 +4,13 @@
   ``.<sha256 prefix>`` when the manifest gives the shard's hash. Two shards with the same base
   name in different prefixes or buckets never collide (webdataset's cache keys on the base name),
   and a re-packed shard gets a new name instead of serving stale bytes.
-- **Filled while streaming**: the first reader of a shard tees what it reads into a temporary
-  file beside the entry; when the whole shard has passed (the rest is drained when the reader
-  stops early) and its size checks out, the file is renamed into place. A partial download is
-  never under the final name, so it is never read as complete. One reader per entry fills it
-  (an exclusive ``flock``); others stream from the store meanwhile instead of waiting.
+- **One download per host, followed by every reader**: the first reader of a shard takes the
+  entry's ``flock`` and starts a background download into a temporary file at network speed;
+  it and every other reader of that shard on the host (other workers, other ranks) read the
+  temporary file as it grows, so a shard read by two ranks of a node at once is fetched once.
+  When the download is complete and its size checks out, it is renamed into place (a partial
+  download is never under the final name). If the download stops short (its process died, the
+  store failed), readers go on from the store at the byte they reached.
 - **LRU with a byte limit**: a hit refreshes the entry's mtime; after each new entry, the oldest
   entries are removed until the total fits ``cache_limit`` (under a cache-wide lock). A reader
   holding an evicted file open keeps reading it (POSIX unlink semantics). Locks and temporary
@@ -24,11 +26,19 @@ import hashlib
 import io
 import logging
 import os
+import threading
+import time
 import urllib.parse
+from collections.abc import Callable
 from typing import Any, BinaryIO
+
+from wdstool.errors import StorageError
 
 log = logging.getLogger(__name__)
 WORK = ".work"  # locks and partial downloads, outside the entries' tree
+FILL_CHUNK = 1 << 20
+POLL = 0.002  # a reader that caught up with a fill checks again after this long
+STALL_TIMEOUT = 120.0  # no new byte from a fill this long: read from the store instead
 
 
 def _segment(s: str) -> str:
@@ -76,6 +86,7 @@ class ShardCache:
         url: str,
         remote: BinaryIO,
         *,
+        reopen: Callable[[], BinaryIO] | None = None,
         version: str | None = None,
         size: int | None = None,
     ) -> BinaryIO:
@@ -92,15 +103,17 @@ class ShardCache:
         lock_fd = os.open(self._work_path(path, ".lock"), os.O_CREAT | os.O_RDWR, 0o644)
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:  # another reader is filling this entry
+        except BlockingIOError:  # another reader is filling this entry: follow its download
             os.close(lock_fd)
-            return remote
+            follow = _Follow(self, url, path, lambda: remote, size)
+            return io.BufferedReader(follow, buffer_size=1 << 20)  # type: ignore[return-value]
         if os.path.exists(path):  # filled between our lookup and the lock
             os.close(lock_fd)
             remote.close()
             return open(path, "rb", buffering=1 << 20)
-        tee = _Tee(self, remote, path, self._work_path(path, ".part"), lock_fd, size)
-        return io.BufferedReader(tee, buffer_size=1 << 20)  # type: ignore[return-value]
+        _Fill(self, remote, path, self._work_path(path, ".part"), lock_fd, size)
+        follow = _Follow(self, url, path, reopen or _no_store(url), size)
+        return io.BufferedReader(follow, buffer_size=1 << 20)  # type: ignore[return-value]
 
     def _work_path(self, entry: str, suffix: str) -> str:
         digest = hashlib.sha1(entry.encode("utf-8", "surrogateescape")).hexdigest()
@@ -170,10 +183,17 @@ def _locked(path: str):
         os.close(fd)
 
 
-class _Tee(io.RawIOBase):
-    """Reads ``remote`` sequentially, writing every byte to a temporary file; ``close()`` after
-    a normal end drains the rest and publishes the entry. Not seekable (the tee must see every
-    byte), so tar readers skip by reading."""
+def _no_store(url: str) -> Callable[[], BinaryIO]:
+    def fail() -> BinaryIO:
+        raise StorageError(f"{url}: the cache fill stopped and no second reader was given")
+
+    return fail
+
+
+class _Fill:
+    """Downloads one shard into its temporary file in a background thread, at network speed
+    (not at the pace of whoever reads it), then checks the size and renames it into place.
+    Runs only while holding the entry's lock; releases it when done, failed or abandoned."""
 
     def __init__(
         self,
@@ -184,88 +204,156 @@ class _Tee(io.RawIOBase):
         lock_fd: int,
         size: int | None,
     ) -> None:
-        super().__init__()
         self._cache = cache
         self._remote = remote
         self._path = path
+        self._tmp = tmp
         self._lock_fd = lock_fd
         self._size = size
-        self._tmp = tmp  # only the lock holder writes it
-        self._out: BinaryIO | None = open(self._tmp, "wb")  # noqa: SIM115 - closed in close()
-        self._written = 0
-        self._eof = False
+        self._out = open(tmp, "wb")  # noqa: SIM115 - closed by the thread
+        self._thread = threading.Thread(target=self._run, name="wdstool-cache-fill", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        written = 0
+        try:
+            try:
+                while chunk := self._remote.read(FILL_CHUNK):
+                    self._out.write(chunk)
+                    self._out.flush()  # followers read the file as it grows
+                    written += len(chunk)
+            finally:
+                self._remote.close()
+            expected = (
+                self._size
+                if self._size is not None
+                else getattr(getattr(self._remote, "raw", self._remote), "size", None)
+            )
+            self._out.close()
+            if expected is not None and written != expected:
+                log.warning(
+                    "%s: got %d bytes, expected %d; not cached", self._path, written, expected
+                )
+                os.unlink(self._tmp)
+                return
+            os.replace(self._tmp, self._path)
+            self._cache.evict(keep=self._path)
+        except Exception as exc:  # the followers fall back to the store and report errors there
+            log.warning("%s: cache fill stopped (%s); not cached", self._path, exc)
+            self._out.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._tmp)
+        finally:
+            os.close(self._lock_fd)
+
+
+class _Follow(io.RawIOBase):
+    """Reads an entry while it is being filled (by this process or another): the temporary
+    file as it grows, then the end when the size is reached or the fill has finished. If the
+    fill stops short (its process died, the store failed), reading goes on from the store at
+    the same offset. Not seekable: tar readers skip by reading (local reads, cheap)."""
+
+    def __init__(
+        self,
+        cache: ShardCache,
+        url: str,
+        path: str,
+        reopen: Callable[[], BinaryIO],
+        size: int | None,
+    ) -> None:
+        super().__init__()
+        self._path = path
+        self._tmp = cache._work_path(path, ".part")
+        self._lock_path = cache._work_path(path, ".lock")
+        self._url = url
+        self._reopen = reopen
+        self._remote: BinaryIO | None = None
+        self._size = size
+        self._pos = 0
+        self._file: BinaryIO | None = None
+        self._from_store = False
 
     def readable(self) -> bool:
         return True
 
+    def _filler_alive(self) -> bool:
+        fd = os.open(self._lock_path, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # also drops a shared lock we got
+        return False
+
+    def _open_file(self) -> bool:
+        for candidate in (self._tmp, self._path):
+            with contextlib.suppress(FileNotFoundError):
+                self._file = open(candidate, "rb", buffering=0)  # noqa: SIM115 - closed in close()
+                return True
+        return False
+
     def readinto(self, b: Any) -> int:
-        data = self._remote.read(len(b))
-        n = len(data)
-        b[:n] = data
-        if n == 0:
-            self._eof = True
-        elif self._out is not None:
-            try:
-                self._out.write(data)
-                self._written += n
-            except OSError as exc:  # disk full etc.: keep streaming, stop caching
-                log.warning("%s: cache write failed (%s); not caching it", self._path, exc)
-                self._abandon()
-        return n
+        if self._from_store:
+            assert self._remote is not None
+            data = self._remote.read(len(b))
+            b[: len(data)] = data
+            self._pos += len(data)
+            return len(data)
+        if self._size is not None and self._pos >= self._size:
+            return 0
+        waited = 0.0
+        while True:
+            if self._file is not None or self._open_file():
+                assert self._file is not None
+                n = self._file.readinto(b)
+                if n:
+                    self._pos += n
+                    return n
+            alive = self._filler_alive()
+            if not alive:
+                # the fill ended: read what it wrote last, then decide between end and failure
+                if self._file is not None or self._open_file():
+                    assert self._file is not None
+                    n = self._file.readinto(b)
+                    if n:
+                        self._pos += n
+                        return n
+                if os.path.exists(self._path) and (
+                    self._size is None or self._pos == os.path.getsize(self._path)
+                ):
+                    return 0
+            if not alive or waited > STALL_TIMEOUT:
+                return self._fall_back(b)
+            time.sleep(POLL)
+            waited += POLL
 
-    def complete(self) -> None:
-        """Read the rest (into the cache only) and publish the entry."""
-        if self._out is None:
-            return
-        while not self._eof:
-            chunk = self._remote.read(1 << 20)
-            if not chunk:
-                self._eof = True
-                break
-            try:
-                self._out.write(chunk)
-                self._written += len(chunk)
-            except OSError as exc:
-                log.warning("%s: cache write failed (%s); not caching it", self._path, exc)
-                self._abandon()
-                return
-        expected = (
-            self._size
-            if self._size is not None
-            else getattr(getattr(self._remote, "raw", self._remote), "size", None)
+    def _fall_back(self, b: Any) -> int:
+        log.info(
+            "%s: cache fill stopped at byte %d; reading on from the store", self._url, self._pos
         )
-        if expected is not None and self._written != expected:
-            log.warning(
-                "%s: got %d bytes, expected %d; not cached", self._path, self._written, expected
-            )
-            self._abandon()
-            return
-        self._out.close()
-        self._out = None
-        os.replace(self._tmp, self._path)
-        self._cache.evict(keep=self._path)
-
-    def _abandon(self) -> None:
-        if self._out is not None:
-            self._out.close()
-            self._out = None
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._tmp)
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        self._remote = self._reopen()
+        if self._pos:
+            self._remote.seek(self._pos)
+        self._from_store = True
+        return self.readinto(b)
 
     def close(self) -> None:
         if self.closed:
             return
         try:
-            self._abandon()  # complete() already published, or the read did not finish
-            self._remote.close()
+            if self._file is not None:
+                self._file.close()
+            if self._remote is not None:
+                self._remote.close()
         finally:
-            os.close(self._lock_fd)
             super().close()
 
 
 def complete(f: BinaryIO) -> None:
-    """Call when a reader is done with a shard it read from byte 0 without error: a cache fill
-    in progress is finished (the rest downloaded) and published. No-op otherwise."""
-    raw = getattr(f, "raw", None)
-    if isinstance(raw, _Tee):
-        raw.complete()
+    """Call when a reader is done with a shard. Fills run to the end by themselves in the
+    background (a reader that stops early leaves a complete entry behind): nothing to do;
+    kept so readers need not know how the cache fills."""

@@ -162,10 +162,12 @@ class ShardAccess:
                 raise StorageError(f"{url}: access denied: {exc.strerror}") from None
             except OSError as exc:
                 raise StorageError(f"{url}: cannot open shard: {exc.strerror or exc}") from None
+
+        def reopen() -> BinaryIO:
+            return open_remote(url, self.storage_options, retry=self.retry, size=size, stats=stats)
+
         try:
-            remote = open_remote(
-                url, self.storage_options, retry=self.retry, size=size, stats=stats
-            )
+            remote = reopen()  # no request yet: readers open their GET lazily
         except (ShardError, StorageError):
             raise
         except Exception as exc:  # bad options, unknown protocol, ...
@@ -174,7 +176,7 @@ class ShardAccess:
         if self.cache_dir is None:
             return remote
         cache = ShardCache(self.cache_dir, self.cache_limit)
-        return cache.open(url, remote, version=sha256, size=size)
+        return cache.open(url, remote, reopen=reopen, version=sha256, size=size)
 
 
 def open_shard(url: str, storage_options: dict[str, Any] | None = None) -> BinaryIO:

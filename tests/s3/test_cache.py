@@ -49,18 +49,45 @@ def test_same_base_name_in_two_prefixes_does_not_collide(objects, s3_server, tmp
     assert len(cache.entries()) == 3
 
 
-def test_partial_read_is_never_published(objects, s3_server, tmp_path) -> None:
+def _wait_for_entry(cache: ShardCache, url: str, timeout: float = 30) -> str:
+    deadline = time.monotonic() + timeout
+    while (path := cache.lookup(url)) is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert path is not None, f"{url} was never published"
+    return path
+
+
+def test_reader_stopping_early_still_leaves_a_complete_entry(objects, s3_server, tmp_path) -> None:
+    """The download runs at network speed in the background: a reader that stops after 1,000
+    bytes leaves the whole shard, published only once complete."""
     url, data = next(iter(objects.items()))
     access = ShardAccess(storage_options=s3_server.storage_options, cache_dir=str(tmp_path))
-    assert _read_all(access, url, stop_after=1000) == data[:1000]  # closed without complete()
+    assert _read_all(access, url, stop_after=1000) == data[:1000]
     cache = ShardCache(tmp_path)
-    assert cache.lookup(url) is None and cache.entries() == []
+    assert Path(_wait_for_entry(cache, url)).read_bytes() == data
     assert not [p for p in (tmp_path / ".work").iterdir() if p.suffix == ".part"]
-    # a reader that stops early but ends normally (complete) downloads the rest for the cache
-    with access.open(url) as f:
-        assert f.read(10) == data[:10]
-        complete(f)
-    assert Path(cache.lookup(url)).read_bytes() == data
+
+
+def test_readers_of_a_shard_being_filled_follow_the_one_download(
+    objects, s3_server, tmp_path
+) -> None:
+    """Three readers open the same shard at once (as two ranks of a node do at a boundary
+    shard): one GET in all; every reader gets every byte."""
+    from tests.countproxy import CountingProxy
+
+    url, data = next(iter(objects.items()))
+    with CountingProxy(s3_server.endpoint_url) as proxy:
+        options = {**s3_server.storage_options, "endpoint_url": proxy.endpoint_url}
+        access = ShardAccess(storage_options=options, cache_dir=str(tmp_path))
+        files = [access.open(url, size=len(data)) for _ in range(3)]
+        try:
+            assert [f.read() for f in reversed(files)] == [data] * 3
+        finally:
+            for f in files:
+                f.close()
+        key = url.split("://", 1)[1]
+        assert proxy.gets()[f"/{key}"] == 1, proxy.requests
+    assert Path(_wait_for_entry(ShardCache(tmp_path), url)).read_bytes() == data
 
 
 def test_limit_evicts_least_recently_used(objects, s3_server, tmp_path) -> None:
@@ -122,6 +149,18 @@ def test_many_processes_share_one_cache(objects, s3_server, tmp_path) -> None:
 
 
 def _fill_slowly(options: dict, cache_dir: str, url: str, ready) -> None:
+    import loaders.cache
+    import loaders.remote
+
+    # a slow network: 64 KB every 0.2 s
+    loaders.cache.FILL_CHUNK = 64 * 1024
+    read = loaders.remote.RangeReader.readinto
+
+    def slow_readinto(self, b):
+        time.sleep(0.2)
+        return read(self, b)
+
+    loaders.remote.RangeReader.readinto = slow_readinto
     access = ShardAccess(storage_options=options, cache_dir=cache_dir)
     with access.open(url) as f:
         f.read(300_000)
