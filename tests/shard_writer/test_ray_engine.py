@@ -201,3 +201,19 @@ def test_engine_ray_without_ray_names_the_extra(tree: Path, tmp_path: Path) -> N
     )
     assert r.returncode != 0
     assert r.stderr.strip() == "Error: --engine ray needs Ray: pip install 'wdstool[ray]'"
+
+
+def test_on_error_fail_under_ray_is_the_local_one_line_error(tmp_path: Path) -> None:
+    from tests.conftest import jpeg_bytes, make_tree
+
+    src = make_tree(tmp_path / "src", {"a": 6, "b": 5}, seed=8)
+    (src / "b" / "img_0002.jpg").write_bytes(jpeg_bytes(3)[:200])  # truncated
+    args = ["pack", str(src), str(tmp_path / "out"), "--on-error", "fail", "--max-count", "3"]
+    local = run_cli(*args, check=False)
+    on_ray = run_cli(*args, "--engine", "ray", env={"RAY_ADDRESS": ""}, check=False)
+    assert local.returncode == on_ray.returncode == 1
+    line = [x for x in on_ray.stderr.splitlines() if x.startswith("Error:")]
+    assert line == [local.stderr.strip()], on_ray.stderr
+    assert "b/img_0002.jpg" in line[0]
+    assert not (tmp_path / "out" / "index.json").exists()
+    assert not list((tmp_path / "out").glob("*.tar"))
