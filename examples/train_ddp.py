@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torchvision.models.resnet import BasicBlock, ResNet
 
-from loaders import make_loader, normalize
+from loaders import DeviceDecoder, make_loader, normalize
 
 
 def parse_args() -> argparse.Namespace:
@@ -63,6 +63,11 @@ def parse_args() -> argparse.Namespace:
         help="node-local folder caching remote shards (shared by the ranks of a node)",
     )
     p.add_argument("--cache-limit", default=None, help="cache size limit, e.g. 500GB")
+    p.add_argument(
+        "--gpu-decode",
+        action="store_true",
+        help="workers ship compressed bytes; decode + augment on the device (nvJPEG on CUDA)",
+    )
     p.add_argument("--checkpoint", type=Path, default=None, help="checkpoint folder")
     p.add_argument("--save-every", type=int, default=100, help="steps between checkpoints")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
@@ -130,7 +135,9 @@ def main() -> None:
         on_error=args.on_error,
         cache_dir=args.cache_dir,
         cache_limit=args.cache_limit,
+        output="encoded" if args.gpu_decode else "uint8",
     )
+    decoder = DeviceDecoder(args.image_size, device=device) if args.gpu_decode else None
     num_classes = max(len(loader.dataset.index.classes), 2)
     model = small_resnet(num_classes).to(device)
     if cuda:
@@ -172,9 +179,11 @@ def main() -> None:
         for step, batch in enumerate(loader, start=first_step):
             t_data = time.perf_counter()
             wait += t_data - t_end
-            x = batch["pixel_values"].to(device, non_blocking=True)
             y = batch["labels"].to(device, non_blocking=True)
-            x = normalize(x)
+            if decoder is not None:
+                x = decoder(batch)  # decoded, augmented and normalized on the device
+            else:
+                x = normalize(batch["pixel_values"].to(device, non_blocking=True))
             if cuda:
                 x = x.contiguous(memory_format=torch.channels_last)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):

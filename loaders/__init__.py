@@ -4,7 +4,8 @@
 """
 
 from loaders.decode import normalize
+from loaders.device import DeviceDecoder
 from loaders.loader import StreamingLoader, make_loader
 from wdstool.storage import RetryPolicy
 
-__all__ = ["RetryPolicy", "StreamingLoader", "make_loader", "normalize"]
+__all__ = ["DeviceDecoder", "RetryPolicy", "StreamingLoader", "make_loader", "normalize"]

@@ -149,7 +149,7 @@ def _resize_aa(crop: torch.Tensor, size: int) -> torch.Tensor:
     """Bilinear antialiased resize of a [3,h,w] tensor to [3,size,size]: the kernel torchvision's
     ``F.resize(..., antialias=True)`` runs, called directly (its wrappers cost ~18 us a sample,
     1.5% of a worker's time here); the same values (tested)."""
-    if _AA is not None:
+    if _AA is not None and crop.device.type == "cpu":
         try:
             return _AA(crop.unsqueeze(0), [size, size], False).squeeze(0)
         except (RuntimeError, TypeError):  # an unexpected dtype or a changed signature
@@ -157,17 +157,28 @@ def _resize_aa(crop: torch.Tensor, size: int) -> torch.Tensor:
     return F.resize(crop, [size, size], antialias=True)
 
 
+def train_params(height: int, width: int, rng: random.Random) -> tuple[int, int, int, int, bool]:
+    """(top, left, h, w, flip) of the train augmentation: the draws ``train_augment`` makes, so
+    a worker can compute them from the image header and leave the pixels to the GPU."""
+    top, left, h, w = random_resized_crop_params(height, width, rng)
+    return top, left, h, w, rng.random() < 0.5
+
+
+def apply_train(
+    img: torch.Tensor, size: int, params: tuple[int, int, int, int, bool]
+) -> torch.Tensor:
+    """Crop, antialiased resize to size x size and flip, on img's device."""
+    top, left, h, w, flip = params
+    resized = _resize_aa(img[:, top : top + h, left : left + w], size)
+    return resized.flip(-1) if flip else resized
+
+
 def train_augment(
     img: torch.Tensor, size: int, rng: random.Random, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """RandomResizedCrop(size) (bilinear, antialiased) + horizontal flip (p=0.5), uint8."""
     _, height, width = img.shape
-    top, left, h, w = random_resized_crop_params(height, width, rng)
-    crop = img[:, top : top + h, left : left + w]
-    resized = _resize_aa(crop, size)
-    if rng.random() < 0.5:
-        resized = resized.flip(-1)
-    return _into(resized, out)
+    return _into(apply_train(img, size, train_params(height, width, rng)), out)
 
 
 def eval_augment(img: torch.Tensor, size: int, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 class Output(StrEnum):
     UINT8 = "uint8"
     FLOAT = "float"
+    ENCODED = "encoded"  # compressed bytes + augmentation draws, for loaders.DeviceDecoder
 
 
 class OnError(StrEnum):
@@ -421,7 +422,10 @@ def make_loader(
     ``source``: an index.json path/URL, a folder or prefix holding one, or a brace pattern of
     shard URLs (``data/train-{000000..000099}.tar``; counts then come from a header-only scan).
     Batches are dicts: ``pixel_values`` uint8 [B,3,S,S] (or normalized float32 with
-    ``output="float"``), ``labels`` int64 [B], ``keys`` list[str]. Every rank yields exactly
+    ``output="float"``), ``labels`` int64 [B], ``keys`` list[str]. ``output="encoded"``: the
+    workers only parse headers and draw augmentations; batches carry ``encoded`` (uint8 bytes),
+    ``offsets``, ``crops``, ``flips`` for :class:`loaders.DeviceDecoder`, which decodes and
+    augments on the GPU (nvJPEG). Every rank yields exactly
     ``len(loader)`` batches. Call ``loader.set_epoch(e)`` before each epoch.
 
     Remote sources (``s3://bucket/prefix``, any fsspec URL): ``storage_options`` as for s3fs
@@ -450,6 +454,11 @@ def make_loader(
         raise ConfigError(f"prefetch_factor must be >= 1, got {prefetch_factor}")
     if transform is not None and not callable(transform):
         raise ConfigError("transform must be a callable taking a uint8 [3,H,W] tensor")
+    if transform is not None and output == "encoded":
+        raise ConfigError(
+            "transform needs decoded pixels in the workers; output='encoded' leaves decoding "
+            "to loaders.DeviceDecoder (apply your transform after it)"
+        )
     access = ShardAccess(
         storage_options=storage_options,
         cache_dir=None if cache_dir is None else os.fspath(cache_dir),

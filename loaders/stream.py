@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import io
 import itertools
 import logging
 import random
@@ -19,14 +20,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from PIL import Image
 
 from loaders.cache import complete
 from loaders.decode import (
     IMAGE_EXTENSIONS,
+    MAX_PIXELS,
+    _check_pixels,
+    _fail,
     decode_rgb,
     eval_augment,
     normalize_into,
     train_augment,
+    train_params,
 )
 from loaders.plan import (
     Item,
@@ -40,6 +46,7 @@ from loaders.plan import (
 )
 from loaders.source import DatasetIndex, ShardAccess
 from loaders.tario import Sample, TarSampleReader
+from shard_writer.image import jpeg_size
 from wdstool.errors import SampleError, ShardError, WdsToolError
 
 log = logging.getLogger(__name__)
@@ -222,7 +229,7 @@ def worker_stream(
 class DecodeSpec:
     image_size: int
     train: bool
-    output: str  # "uint8" | "float"
+    output: str  # "uint8" | "float" | "encoded"
     transform: Callable[[torch.Tensor], torch.Tensor] | None = None
     on_error: str = "raise"  # "raise" | "skip"
 
@@ -310,7 +317,36 @@ class BatchAssembler:
         self.replaced = 0
         self.bytes_read = 0
 
-    def _decode(self, loc: Located) -> tuple[torch.Tensor, int]:
+    def _rng(self, loc: Located) -> random.Random:
+        # bytes: keys from non-UTF-8 member names carry surrogates
+        return random.Random(f"{self.aug_seed}:{loc.sample.key}".encode("utf-8", "surrogateescape"))
+
+    def _prepare(self, loc: Located) -> tuple[Any, int]:
+        """output="encoded": the image bytes, checked up to the header, with their augmentation
+        draws (the same as ``_decode``'s), for a device-side decoder."""
+        data, _ext = _image_part(loc)
+        label = _label(loc)
+        where = f"{loc.url}: sample {loc.sample.key!r}"
+        if not data:
+            raise _fail(where, "empty image member")
+        if data[:2] == b"\xff\xd8":
+            size = jpeg_size(data)
+            if size is None:
+                raise _fail(where, "corrupt JPEG: no frame header")
+            width, height = size
+        else:
+            try:
+                with Image.open(io.BytesIO(data)) as probe:
+                    width, height = probe.size
+            except Exception as exc:
+                raise _fail(where, f"cannot read image header: {exc}") from None
+        _check_pixels(width, height, MAX_PIXELS, where)
+        params = train_params(height, width, self._rng(loc)) if self.spec.train else None
+        return (data, params), label
+
+    def _decode(self, loc: Located) -> tuple[Any, int]:
+        if self.spec.output == "encoded":
+            return self._prepare(loc)
         try:
             data, ext = _image_part(loc)
             label = _label(loc)
@@ -318,10 +354,7 @@ class BatchAssembler:
             if self.spec.transform is not None:
                 return self.spec.transform(img), label
             if self.spec.train:
-                # bytes: keys from non-UTF-8 member names carry surrogates
-                seed = f"{self.aug_seed}:{loc.sample.key}".encode("utf-8", "surrogateescape")
-                rng = random.Random(seed)
-                return train_augment(img, self.spec.image_size, rng), label
+                return train_augment(img, self.spec.image_size, self._rng(loc)), label
             return eval_augment(img, self.spec.image_size), label
         except WdsToolError:
             raise
@@ -369,6 +402,9 @@ class BatchAssembler:
             sizes[-1] = plan.last_batch_size
         sizes = sizes[plan.first_batch(batch_size) :]
         it = self.decoded(samples)
+        if self.spec.output == "encoded":
+            yield from self._encoded_batches(it, sizes, plan)
+            return
         for n in sizes:
             before, bytes_before = self.replaced, self.bytes_read
             pixels: torch.Tensor | None = None
@@ -415,4 +451,46 @@ class BatchAssembler:
                 "num_replaced": self.replaced - before,
                 "num_bytes": self.bytes_read - bytes_before,
                 "buffer_slot": slot,
+            }
+
+    def _encoded_batches(
+        self, it: Iterator[tuple[Any, int, str]], sizes: list[int], plan: WorkerPlan
+    ) -> Iterator[dict[str, Any]]:
+        for n in sizes:
+            before, bytes_before = self.replaced, self.bytes_read
+            datas: list[bytes] = []
+            crops = torch.zeros((n, 4), dtype=torch.int32)
+            flips = torch.zeros(n, dtype=torch.bool)
+            labels = torch.empty(n, dtype=torch.int64)
+            keys: list[str] = []
+            for i in range(n):
+                got = next(it, None)
+                if got is None:
+                    raise ShardError(
+                        f"worker {plan.worker}: ran out of samples before its planned "
+                        f"{plan.num_samples}"
+                    )
+                (data, params), label, key = got
+                datas.append(data)
+                if params is not None:
+                    crops[i] = torch.tensor(params[:4], dtype=torch.int32)
+                    flips[i] = params[4]
+                labels[i] = label
+                keys.append(key)
+            offsets = torch.tensor(
+                [0, *itertools.accumulate(len(d) for d in datas)], dtype=torch.int64
+            )
+            joined = bytearray(b"".join(datas))
+            yield {
+                "encoded": torch.frombuffer(joined, dtype=torch.uint8)
+                if joined
+                else torch.empty(0, dtype=torch.uint8),
+                "offsets": offsets,
+                "crops": crops,
+                "flips": flips,
+                "labels": labels,
+                "keys": keys,
+                "num_replaced": self.replaced - before,
+                "num_bytes": self.bytes_read - bytes_before,
+                "buffer_slot": -1,
             }

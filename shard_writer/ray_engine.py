@@ -167,7 +167,8 @@ def ray_executor(address: str | None, num_cpus: int) -> Iterator[RayExecutor]:
     }
     try:
         if address is None:
-            ray.init(num_cpus=num_cpus, include_dashboard=False, **kwargs)
+            # "local": a new instance even when `ray start` left one on this machine
+            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **kwargs)
         else:
             ray.init(address=address, **kwargs)
     except ConnectionError as exc:

@@ -1,0 +1,117 @@
+"""output="encoded" + DeviceDecoder: workers ship compressed bytes and augmentation draws; the
+decoder (here on the CPU fallback; nvJPEG on CUDA) gives the pixels of output="uint8"."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from loaders import DeviceDecoder, make_loader, normalize
+from loaders.device import split_encoded
+from shard_writer.pack import PackOptions, pack
+from tests.conftest import make_tree, png_bytes
+from wdstool.errors import ConfigError, ShardError
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def mixed_dataset(tmp_path_factory) -> Path:
+    """JPEGs of varied sizes plus two PNGs (decoded on the host by the device decoder)."""
+    root = tmp_path_factory.mktemp("mixed")
+    src = make_tree(root / "src", {"a": 9, "b": 8}, seed=2)
+    (src / "a" / "p1.png").write_bytes(png_bytes(1, size=(70, 50)))
+    (src / "b" / "p2.png").write_bytes(png_bytes(2, size=(33, 90)))
+    dest = root / "shards"
+    pack(str(src), str(dest), PackOptions(workers=1, max_count=5))
+    return dest
+
+
+def _epoch(loader, epoch: int = 1) -> list[dict]:
+    loader.set_epoch(epoch)
+    return list(loader)
+
+
+@pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_encoded_then_decoded_on_cpu_equals_uint8_pixels(
+    mixed_dataset: Path, train: bool, workers: int
+) -> None:
+    common = dict(image_size=24, train=train, num_workers=workers, seed=3, pin_memory=False)
+    ref = _epoch(make_loader(mixed_dataset, 4, **common))
+    enc = _epoch(make_loader(mixed_dataset, 4, output="encoded", **common))
+    decoder = DeviceDecoder(24, train=train, device="cpu", output="uint8")
+    assert [b["keys"] for b in enc] == [b["keys"] for b in ref]
+    for e, r in zip(enc, ref, strict=True):
+        assert "pixel_values" not in e
+        assert torch.equal(e["labels"], r["labels"])
+        pixels = decoder(e)
+        assert pixels.dtype == torch.uint8 and torch.equal(pixels, r["pixel_values"])
+        floats = DeviceDecoder(24, train=train, device="cpu")(e)
+        assert torch.allclose(floats, normalize(r["pixel_values"]))
+
+
+def test_encoded_batches_carry_the_stored_bytes(mixed_dataset: Path) -> None:
+    import webdataset as wds
+
+    stored = {}
+    for tar in sorted(mixed_dataset.glob("*.tar")):
+        for s in wds.WebDataset(str(tar), shardshuffle=False):
+            stored[s["__key__"]] = s.get("jpg") or s.get("png")
+    loader = make_loader(mixed_dataset, 4, output="encoded", num_workers=0, pin_memory=False)
+    seen = 0
+    for batch in loader:
+        for key, data in zip(batch["keys"], split_encoded(batch), strict=True):
+            assert bytes(data.numpy()) == stored[key]
+            seen += 1
+        # what crosses the process boundary: compressed bytes, not 3 x S x S pixels a sample
+        assert batch["encoded"].numel() < len(batch["keys"]) * 3 * 224 * 224
+    assert seen == len(stored)  # one rank: no padding
+
+
+def test_encoded_rejects_a_transform(mixed_dataset: Path) -> None:
+    with pytest.raises(ConfigError, match="DeviceDecoder"):
+        make_loader(mixed_dataset, 4, output="encoded", transform=lambda x: x)
+
+
+def test_encoded_checks_headers_in_the_workers(uneven_dataset: Path, tmp_path: Path) -> None:
+    """A destroyed header is found in the worker (named, or replaced under on_error="skip"),
+    not on the device."""
+    import json
+    import shutil
+
+    import webdataset as wds
+
+    dest = tmp_path / "ds"
+    shutil.copytree(uneven_dataset, dest)
+    shard = dest / json.loads((dest / "index.json").read_text())["shardlist"][0]["url"]
+    samples = list(wds.WebDataset(str(shard), shardshuffle=False))
+    raw = bytearray(shard.read_bytes())
+    pos = raw.find(samples[3]["jpg"])
+    raw[pos : pos + 200] = b"\x00" * 200
+    shard.write_bytes(bytes(raw))
+    bad = samples[3]["__key__"]
+    strict = make_loader(dest, 4, output="encoded", num_workers=0, shuffle=False)
+    with pytest.raises(ShardError, match=bad):
+        list(strict)
+    lenient = make_loader(
+        dest, 4, output="encoded", num_workers=2, shuffle=False, on_error="skip", pin_memory=False
+    )
+    batches = list(lenient)
+    keys = [k for b in batches for k in b["keys"]]
+    assert len(keys) == 23 and bad not in keys and lenient.num_replaced == 1
+    decoder = DeviceDecoder(16, device="cpu")
+    assert all(decoder(b).shape == (len(b["keys"]), 3, 16, 16) for b in batches)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
+def test_nvjpeg_pixels_are_close_to_the_cpu_path(mixed_dataset: Path) -> None:
+    common = dict(image_size=24, num_workers=0, seed=3, pin_memory=True)
+    ref = _epoch(make_loader(mixed_dataset, 4, **common))
+    enc = _epoch(make_loader(mixed_dataset, 4, output="encoded", **common))
+    decoder = DeviceDecoder(24, device="cuda", output="uint8")
+    for e, r in zip(enc, ref, strict=True):
+        got = decoder(e).cpu().float()
+        assert (got - r["pixel_values"].float()).abs().mean() < 3.0
