@@ -34,6 +34,10 @@ class RunResult:
     cpu_util_pct: float | None = None
     peak_rss_main_mb: float | None = None
     peak_rss_workers_mb: float | None = None
+    # per worker, the largest: peak RSS (includes pages shared with the main process after
+    # fork), and private memory (what the worker itself holds) at the end of the run
+    worker_peak_rss_mb: float | None = None
+    worker_private_mb: float | None = None
     waits: list[float] = field(default_factory=list)
     interrupted: bool = False
 
@@ -53,6 +57,16 @@ def _proc_stat(pid: int) -> tuple[float, float] | None:
         with open(f"/proc/{pid}/status") as f:
             hwm = next((line for line in f if line.startswith("VmHWM:")), "VmHWM: 0 kB")
         return cpu, int(hwm.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _private_mb(pid: int) -> float | None:
+    """Private (unshared) resident memory of a process, MB: what it alone adds."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            kb = sum(int(line.split()[1]) for line in f if line.startswith("Private_"))
+        return kb / 1024
     except (OSError, ValueError, IndexError):
         return None
 
@@ -158,6 +172,10 @@ def measure(
     result.peak_rss_main_mb = main[1] if main else None
     stats = [s for s in (_proc_stat(p) for p in pids) if s]
     result.peak_rss_workers_mb = sum(s[1] for s in stats) if stats else (0.0 if not pids else None)
+    if stats:
+        result.worker_peak_rss_mb = max(s[1] for s in stats)
+        private = [m for m in (_private_mb(p) for p in pids) if m is not None]
+        result.worker_private_mb = max(private) if private else None
     del it
     return result
 

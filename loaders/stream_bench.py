@@ -290,6 +290,12 @@ def _report(
                 "wait_p99_ms": statistics.median(r.wait_ms.get("p99", 0) for r in rs),
                 "idle_pct": statistics.median(r.idle_pct for r in rs),
             }
+            rss = [r.worker_peak_rss_mb for r in rs if r.worker_peak_rss_mb is not None]
+            private = [r.worker_private_mb for r in rs if r.worker_private_mb is not None]
+            if rss:
+                row["worker_peak_rss_mb"] = statistics.median(rss)
+            if private:
+                row["worker_private_mb"] = statistics.median(private)
             if name == "wdstool" and w in ceilings and ceilings[w]["samples_per_s"]:
                 row["efficiency"] = row["samples_per_s"] / ceilings[w]["samples_per_s"]
             summary.append(row)

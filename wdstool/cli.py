@@ -480,6 +480,14 @@ def _render_bench(report: dict) -> None:
             f"{row['wait_p50_ms']:>7.1f}ms {row['wait_p99_ms']:>7.1f}ms {row['idle_pct']:>7.1f} "
             f"{eff:>10}"
         )
+    for row in report["summary"]:
+        if row.get("worker_peak_rss_mb"):
+            click.echo(
+                f"memory per worker ({row['pipeline']}, {row['workers']} workers): peak RSS "
+                f"{row['worker_peak_rss_mb']:.0f} MB, private "
+                f"{row.get('worker_private_mb', 0):.0f} MB (the rest is shared with the main "
+                "process after fork)"
+            )
     for name, r in report["ratios"].items():
         click.echo(
             f"ratio {name}: median {r['median']:.2f} (range {r['min']:.2f}-{r['max']:.2f}, "

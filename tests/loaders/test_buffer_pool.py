@@ -43,3 +43,39 @@ def test_held_batches_and_views_are_never_overwritten(learnable_dataset: Path) -
         for i, v in views:
             assert torch.equal(v, clones[i][1:3]), i
     assert loader.buffers_returned >= 10  # the dropped batches' buffers went back to the workers
+
+
+def test_worker_batches_arrive_in_the_main_process_pool_without_copies(
+    learnable_dataset: Path,
+) -> None:
+    """With workers, pixels stay in the shared pool the main process allocated (only slot
+    numbers cross the process boundary), partial last batches included; labels are copies."""
+    loader = make_loader(learnable_dataset, 7, image_size=16, num_workers=2, pin_memory=False)
+    pool = loader.dataset._shared_pool
+    assert pool is not None
+    start = pool.pixels.untyped_storage().data_ptr()
+    end = start + pool.pixels.untyped_storage().nbytes()
+    sizes = []
+    for batch in loader:
+        ptr = batch["pixel_values"].data_ptr()
+        assert start <= ptr < end
+        assert batch["pixel_values"]._base is None  # its own tensor: views keep it alive
+        assert batch["labels"].untyped_storage().data_ptr() != pool.labels.data_ptr()
+        sizes.append(len(batch["keys"]))
+    assert sizes[-1] < 7  # 120 samples: the partial batch came through the pool too
+
+
+def test_shared_pool_slots_are_reused_only_when_released() -> None:
+    from loaders.stream import SharedPool
+
+    flags = bytearray(4)
+    shared = SharedPool(4, 5, 8, torch.uint8)
+    pool = BufferPool(flags, base=2, size=2, shared=shared)
+    a, sa = pool.get(5, 8)
+    b, sb = pool.get(3, 8)  # a partial batch takes a slot too
+    _c, sc = pool.get(5, 8)  # none free: a fresh buffer
+    assert (sa, sb, sc) == (2, 3, -1)
+    assert a.data_ptr() == shared.pixels[2].data_ptr() and b.shape[0] == 3
+    flags[2] = 1
+    d, sd = pool.get(5, 8)
+    assert sd == 2 and d.data_ptr() == a.data_ptr() and flags[2] == 0
