@@ -164,13 +164,40 @@ def train_params(height: int, width: int, rng: random.Random) -> tuple[int, int,
     return top, left, h, w, rng.random() < 0.5
 
 
+_AA_OUT = getattr(getattr(torch.ops.aten, "_upsample_bilinear2d_aa", None), "out", None)
+_FLIP_OUT = getattr(getattr(torch.ops.aten, "flip", None), "out", None)
+
+
 def apply_train(
-    img: torch.Tensor, size: int, params: tuple[int, int, int, int, bool]
+    img: torch.Tensor,
+    size: int,
+    params: tuple[int, int, int, int, bool],
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Crop, antialiased resize to size x size and flip, on img's device."""
+    """Crop, antialiased resize to size x size and flip, on img's device; into ``out`` (a
+    [3,size,size] uint8 slot of a batch) when given, without an intermediate copy."""
     top, left, h, w, flip = params
-    resized = _resize_aa(img[:, top : top + h, left : left + w], size)
-    return resized.flip(-1) if flip else resized
+    crop = img[:, top : top + h, left : left + w]
+    if (
+        out is not None
+        and not flip
+        and _AA_OUT is not None
+        and crop.device.type == "cpu"
+        and out.dtype == crop.dtype
+    ):
+        try:
+            _AA_OUT(crop.unsqueeze(0), [size, size], False, out=out.unsqueeze(0))
+            return out
+        except (RuntimeError, TypeError):
+            pass
+    resized = _resize_aa(crop, size)
+    if flip and out is not None and _FLIP_OUT is not None and out.dtype == resized.dtype:
+        try:
+            _FLIP_OUT(resized, [-1], out=out)
+            return out
+        except (RuntimeError, TypeError):
+            pass
+    return _into(resized.flip(-1) if flip else resized, out)
 
 
 def train_augment(
@@ -178,7 +205,7 @@ def train_augment(
 ) -> torch.Tensor:
     """RandomResizedCrop(size) (bilinear, antialiased) + horizontal flip (p=0.5), uint8."""
     _, height, width = img.shape
-    return _into(apply_train(img, size, train_params(height, width, rng)), out)
+    return apply_train(img, size, train_params(height, width, rng), out)
 
 
 def eval_augment(img: torch.Tensor, size: int, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -378,6 +378,7 @@ class BatchAssembler:
         self.shared = shared
         self.pool = pool
         self._scratch: torch.Tensor | None = None
+        self._dest: torch.Tensor | None = None  # the batch slot the next decode may write into
         self.replaced = 0
         self.bytes_read = 0
 
@@ -418,7 +419,8 @@ class BatchAssembler:
             if self.spec.transform is not None:
                 return self.spec.transform(img), label
             if self.spec.train:
-                return train_augment(img, self.spec.image_size, self._rng(loc)), label
+                out = train_augment(img, self.spec.image_size, self._rng(loc), self._dest)
+                return out, label
             return eval_augment(img, self.spec.image_size), label
         except WdsToolError:
             raise
@@ -487,7 +489,10 @@ class BatchAssembler:
             keys: list[str] = []
             outputs: list[torch.Tensor] = []
             for i in range(n):
+                # train augmentation resizes straight into the slot (no copy of the result)
+                self._dest = None if pixels is None else pixels[i]
                 got = next(it, None)
+                self._dest = None
                 if got is None:
                     raise ShardError(
                         f"worker {plan.worker}: ran out of samples before its planned "
@@ -496,7 +501,7 @@ class BatchAssembler:
                 img, label, key = got
                 if pixels is None:
                     outputs.append(img)
-                else:
+                elif img.data_ptr() != pixels[i].data_ptr():
                     pixels[i].copy_(img)
                 labels[i] = label
                 keys.append(key)
