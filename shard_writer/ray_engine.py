@@ -165,18 +165,40 @@ def ray_executor(address: str | None, num_cpus: int) -> Iterator[RayExecutor]:
         "logging_level": logging.WARNING,
         "configure_logging": True,
     }
-    try:
-        if address is None:
-            # "local": a new instance even when `ray start` left one on this machine
-            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **kwargs)
-        else:
-            ray.init(address=address, **kwargs)
-    except ConnectionError as exc:
-        raise ConfigError(f"--ray-address {address}: {' '.join(str(exc).split())}") from None
-    try:
-        # Ray's driver prints cluster events (a worker died, a task is retried) on stdout; keep
-        # stdout for what wdstool itself prints (--json)
-        with contextlib.redirect_stdout(sys.stderr):
+    # Ray's driver prints cluster events (a worker died, a raylet is gone, a task is retried)
+    # on stdout, some through handles bound before any redirect_stdout; keep stdout for what
+    # wdstool itself prints (--json) by pointing file descriptor 1 at stderr for the session
+    with _stdout_to_stderr():
+        try:
+            if address is None:
+                # "local": a new instance even when `ray start` left one on this machine
+                ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **kwargs)
+            else:
+                ray.init(address=address, **kwargs)
+        except ConnectionError as exc:
+            raise ConfigError(f"--ray-address {address}: {' '.join(str(exc).split())}") from None
+        try:
             yield RayExecutor(ray)
+        finally:
+            ray.shutdown()
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no stdout at all
+        yield
+        return
+    try:
+        os.dup2(2, 1)
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
     finally:
-        ray.shutdown()
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)

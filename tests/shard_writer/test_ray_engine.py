@@ -217,3 +217,47 @@ def test_on_error_fail_under_ray_is_the_local_one_line_error(tmp_path: Path) -> 
     assert "b/img_0002.jpg" in line[0]
     assert not (tmp_path / "out" / "index.json").exists()
     assert not list((tmp_path / "out").glob("*.tar"))
+
+
+def test_node_dying_mid_pack_is_survived(
+    tree: Path, reference: Path, tmp_path: Path, cluster
+) -> None:
+    """A third node joins, takes shard tasks, and is removed (all its processes killed) while one
+    of them runs: Ray re-runs its tasks on the other nodes; the bytes are the local engine's.
+    Runs last in this module: it leaves the cluster as it found it (two nodes)."""
+    node = cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    raylet = next(p.process.pid for p in node.all_processes["raylet"])
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "wdstool", "pack", str(tree), str(out), *PACK_OPTS, "--json"]
+    cmd += ["--engine", "ray", "--ray-address", cluster.address]
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    removed = False
+    deadline = time.monotonic() + 120
+    try:
+        while not removed and proc.poll() is None and time.monotonic() < deadline:
+            for pid, cmdline in ray_processes().items():
+                if "_run_task" not in cmdline:
+                    continue
+                try:
+                    with open(f"/proc/{pid}/stat") as f:
+                        ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                except OSError:
+                    continue
+                if ppid == raylet:  # a shard task running on the third node
+                    cluster.remove_node(node, allow_graceful=False)
+                    removed = True
+                    break
+            else:
+                time.sleep(0.005)
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        if not removed:
+            cluster.remove_node(node)
+    assert removed, "no shard task was seen on the third node"
+    assert proc.returncode == 0, stderr
+    summary = json.loads(stdout)
+    assert summary["written_shards"] == SHARDS
+    assert dir_bytes(out) == dir_bytes(reference)
