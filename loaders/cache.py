@@ -293,6 +293,15 @@ class _Follow(io.RawIOBase):
                 return True
         return False
 
+    def _read_file(self, b: Any) -> int:
+        """What the fill has written beyond our position (0: nothing yet, or no file yet)."""
+        if self._file is None and not self._open_file():
+            return 0
+        assert self._file is not None
+        n = self._file.readinto(b) or 0
+        self._pos += n
+        return n
+
     def readinto(self, b: Any) -> int:
         if self._from_store:
             assert self._remote is not None
@@ -304,26 +313,18 @@ class _Follow(io.RawIOBase):
             return 0
         waited = 0.0
         while True:
-            if self._file is not None or self._open_file():
-                assert self._file is not None
-                n = self._file.readinto(b)
-                if n:
-                    self._pos += n
-                    return n
-            alive = self._filler_alive()
-            if not alive:
+            if n := self._read_file(b):
+                return n
+            if not self._filler_alive():
                 # the fill ended: read what it wrote last, then decide between end and failure
-                if self._file is not None or self._open_file():
-                    assert self._file is not None
-                    n = self._file.readinto(b)
-                    if n:
-                        self._pos += n
-                        return n
+                if n := self._read_file(b):
+                    return n
                 if os.path.exists(self._path) and (
                     self._size is None or self._pos == os.path.getsize(self._path)
                 ):
                     return 0
-            if not alive or waited > STALL_TIMEOUT:
+                return self._fall_back(b)
+            if waited > STALL_TIMEOUT:
                 return self._fall_back(b)
             time.sleep(POLL)
             waited += POLL
@@ -351,9 +352,3 @@ class _Follow(io.RawIOBase):
                 self._remote.close()
         finally:
             super().close()
-
-
-def complete(f: BinaryIO) -> None:
-    """Call when a reader is done with a shard. Fills run to the end by themselves in the
-    background (a reader that stops early leaves a complete entry behind): nothing to do;
-    kept so readers need not know how the cache fills."""

@@ -23,7 +23,6 @@ from typing import Any
 import torch
 from PIL import Image
 
-from loaders.cache import complete
 from loaders.decode import (
     IMAGE_EXTENSIONS,
     MAX_PIXELS,
@@ -149,7 +148,6 @@ def read_slices(
                             f"least {s.stop} (re-pack, or run `wdstool verify`)"
                         ) from None
                     yield Located(url, sample)
-                complete(f)  # a cache fill in progress gets the rest of the shard, published
     finally:
         ahead.close()
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from loaders.cache import ShardCache, complete
+from loaders.cache import ShardCache
 from loaders.source import ShardAccess
 
 MB = 1_000_000
@@ -30,11 +30,31 @@ def objects(s3_server, s3_bucket: str) -> dict[str, bytes]:
     return out
 
 
+def _fills_done(cache_dir: str | Path, timeout: float = 30) -> None:
+    """Wait until no background download holds an entry lock (published or given up, and the
+    eviction after it done): readers may finish before the download's last rename."""
+    import fcntl
+
+    deadline = time.monotonic() + timeout
+    for lock in Path(cache_dir, ".work").glob("*.lock"):
+        fd = os.open(lock, os.O_RDWR)
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    assert time.monotonic() < deadline, f"{lock}: fill still running"
+                    time.sleep(0.005)
+        finally:
+            os.close(fd)
+
+
 def _read_all(access: ShardAccess, url: str, stop_after: int | None = None) -> bytes:
     with access.open(url) as f:
         data = f.read(stop_after) if stop_after is not None else f.read()
-        if stop_after is None:
-            complete(f)
+    assert access.cache_dir is not None
+    _fills_done(access.cache_dir)
     return data
 
 
@@ -117,7 +137,7 @@ def test_wrong_size_entry_is_ignored_and_refilled(objects, s3_server, tmp_path) 
     access = ShardAccess(storage_options=s3_server.storage_options, cache_dir=str(tmp_path))
     with access.open(url, size=len(data)) as f:
         assert f.read() == data
-        complete(f)
+    _fills_done(tmp_path)
     assert path.read_bytes() == data
 
 
@@ -128,7 +148,6 @@ def _reader(args: tuple[dict, str, str, int]) -> str:
     for _ in range(rounds):
         with access.open(url) as f:
             data = f.read()
-            complete(f)
         digests.add(hashlib.sha256(data).hexdigest())
     return ",".join(sorted(digests))
 
