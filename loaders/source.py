@@ -25,7 +25,7 @@ from loaders.tario import count_samples
 from shard_writer.manifest import load_manifest, resolve_shard_url
 from wdstool.errors import ConfigError, ShardError, StorageError
 from wdstool.params import parse_size
-from wdstool.storage import DEFAULT_RETRY, RetryPolicy, redact
+from wdstool.storage import DEFAULT_RETRY, RetryPolicy, is_remote, local_path, redact
 
 log = logging.getLogger(__name__)
 READ_BUFFER = 1 << 20
@@ -139,9 +139,7 @@ class ShardAccess:
         if self.cache_dir is not None:
             object.__setattr__(self, "cache_dir", os.fspath(self.cache_dir))
 
-    @staticmethod
-    def is_remote(url: str) -> bool:
-        return "://" in url and not url.startswith("file://")
+    is_remote = staticmethod(is_remote)
 
     def open(
         self,
@@ -152,10 +150,9 @@ class ShardAccess:
         stats: dict[str, int] | None = None,
     ) -> BinaryIO:
         """Open a shard for sequential reading from byte 0; errors name the URL."""
-        if "://" not in url or url.startswith("file://"):
-            path = url[len("file://") :] if url.startswith("file://") else url
+        if not is_remote(url):
             try:
-                return open(path, "rb", buffering=READ_BUFFER)
+                return open(local_path(url), "rb", buffering=READ_BUFFER)
             except FileNotFoundError:
                 raise ShardError(f"{url}: shard not found") from None
             except PermissionError as exc:

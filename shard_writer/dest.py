@@ -22,14 +22,12 @@ import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-import fsspec
-
 from wdstool.errors import DestinationError, StorageError, WdsToolError
 from wdstool.storage import (
     DEFAULT_RETRY,
     cached_s3_client,
     describe,
-    fsspec_options,
+    filesystem,
     is_retryable,
     is_s3,
     redact,
@@ -99,11 +97,7 @@ class Destination:
         self.storage_options = storage_options
         self.retry = DEFAULT_RETRY
         try:
-            self.fs, self.root = fsspec.core.url_to_fs(
-                self.url, **fsspec_options(self.url, storage_options)
-            )
-            if is_s3(self.url):
-                self.fs.retries = 1  # one try per call; RetryPolicy retries whole operations
+            self.fs, self.root = filesystem(self.url, storage_options)
         except (ImportError, ValueError, TypeError) as exc:
             raise DestinationError(
                 redact(f"{self.url}: cannot use this destination: {exc}", storage_options)

@@ -36,6 +36,7 @@ from shard_writer.write import (
     write_shard,
 )
 from wdstool.errors import ConfigError, DestinationError, InputError, ShardError
+from wdstool.storage import is_remote, local_path
 
 log = logging.getLogger(__name__)
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
@@ -334,9 +335,7 @@ def pack(
 def _absolute(url: str) -> str:
     """A local path made absolute against the caller's directory: Ray tasks run wherever
     their node was started."""
-    if "://" in url and not url.startswith("file://"):
-        return url
-    return os.path.abspath(url[len("file://") :] if url.startswith("file://") else url)
+    return url if is_remote(url) else os.path.abspath(local_path(url))
 
 
 def _pack_on_ray(

@@ -19,6 +19,7 @@ from shard_writer import sources
 from shard_writer.image import BadImage, PreparedImage, prepare_image
 from shard_writer.scan import Scan, Skipped, SourceFile, printable
 from wdstool.errors import InputError
+from wdstool.storage import is_remote
 
 _CHUNK = 128
 _TAIL = 4096
@@ -52,7 +53,7 @@ def read_source(
     root: str, relpath: str, expected_size: int | None, storage_options: dict | None = None
 ) -> bytes:
     """Read a whole source file (or object); raise BadImage with a user-facing reason."""
-    if sources.is_remote(root):
+    if is_remote(root):
         try:
             data = sources.read_range(root, relpath, storage_options)
         except sources.Missing:
@@ -81,7 +82,7 @@ def _head_and_tail(
     """Enough of the file to parse the header and see the end marker, without reading it all."""
     if size <= 2 * 65536:
         return read_source(root, relpath, None, storage_options)
-    if sources.is_remote(root):
+    if is_remote(root):
         try:
             head = sources.read_range(root, relpath, storage_options, 0, 65536)
             tail = sources.read_range(root, relpath, storage_options, size - _TAIL, size)

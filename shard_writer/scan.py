@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from shard_writer import sources
 from wdstool.errors import InputError
+from wdstool.storage import is_remote, local_path
 
 # torchvision.datasets.folder.IMG_EXTENSIONS
 IMG_EXTENSIONS: tuple[str, ...] = (
@@ -88,9 +89,9 @@ def scan_imagefolder(root: str | os.PathLike[str], storage_options: dict | None 
     written.
     """
     root = os.fspath(root)
-    if sources.is_remote(root):
+    if is_remote(root):
         return _scan_remote(root.rstrip("/"), storage_options)
-    root = sources.local_path(root)
+    root = local_path(root)
     if not os.path.exists(root):
         raise InputError(f"{root}: no such directory")
     if not os.path.isdir(root):

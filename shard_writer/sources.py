@@ -22,7 +22,7 @@ from wdstool.storage import (
     _error_code,
     cached_s3_client,
     describe,
-    fsspec_options,
+    filesystem,
     is_s3,
     redact,
     split_s3,
@@ -33,29 +33,17 @@ class Missing(Exception):
     """The object is gone (deleted between the listing and the read)."""
 
 
-def is_remote(root: str) -> bool:
-    return "://" in root and not root.startswith("file://")
-
-
-def local_path(root: str) -> str:
-    return root[len("file://") :] if root.startswith("file://") else root
-
-
 def url_of(root: str, relpath: str) -> str:
     return f"{root.rstrip('/')}/{relpath}"
 
 
 def _fs(root: str, storage_options: dict[str, Any] | None):
-    import fsspec
-
     try:
-        fs, path = fsspec.core.url_to_fs(root, **fsspec_options(root, storage_options))
+        fs, path = filesystem(root, storage_options)
     except (ImportError, ValueError, TypeError) as exc:
         raise InputError(
             redact(f"{root}: cannot read this source: {exc}", storage_options)
         ) from None
-    if is_s3(root):
-        fs.retries = 1  # one try per call; RetryPolicy retries whole operations
     return fs, path.rstrip("/")
 
 

@@ -57,6 +57,16 @@ def is_s3(url: str) -> bool:
     return scheme_of(url) in S3_SCHEMES
 
 
+def is_remote(url: str) -> bool:
+    """Anything but a local path or a file:// URL."""
+    return "://" in url and not url.startswith("file://")
+
+
+def local_path(url: str) -> str:
+    """The path of a local path or file:// URL."""
+    return url[len("file://") :] if url.startswith("file://") else url
+
+
 def split_s3(url: str) -> tuple[str, str]:
     """("bucket", "key/of/object") for "s3://bucket/key/of/object"."""
     rest = url.split("://", 1)[1]
@@ -332,6 +342,18 @@ def fsspec_options(url: str, storage_options: dict[str, Any] | None) -> dict[str
     return options
 
 
+def filesystem(url: str, storage_options: dict[str, Any] | None) -> tuple[Any, str]:
+    """fsspec's (filesystem, path) for ``url`` with :func:`fsspec_options`, and s3fs's own
+    retries off (one try per call: :class:`RetryPolicy` retries whole operations). Raises
+    ImportError/ValueError/TypeError for an unusable URL or options."""
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(url, **fsspec_options(url, storage_options))
+    if is_s3(url):
+        fs.retries = 1
+    return fs, path
+
+
 def read_object(
     url: str, storage_options: dict[str, Any] | None = None, retry: RetryPolicy = DEFAULT_RETRY
 ) -> bytes:
@@ -356,8 +378,8 @@ def read_object(
         with fsspec.open(url, "rb", **fsspec_options(url, storage_options)) as f:
             return f.read()
 
-    if "://" not in url or url.startswith("file://"):
-        path = url[len("file://") :] if url.startswith("file://") else url
+    if not is_remote(url):
+        path = local_path(url)
         try:
             with open(path, "rb") as f:
                 return f.read()
