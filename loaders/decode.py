@@ -76,6 +76,29 @@ def _pil_decode(data: bytes, max_pixels: int, where: str) -> torch.Tensor:
     )
 
 
+def header_size(data: bytes, *, max_pixels: int = MAX_PIXELS, where: str = "") -> tuple[int, int]:
+    """(width, height) from the image header, without decoding, checked against
+    ``max_pixels`` (decompression bombs); SampleError naming ``where`` otherwise."""
+    if not data:
+        raise _fail(where, "empty image member")
+    if _kind(data) == "jpeg":
+        size = jpeg_size(data)
+        if size is None:
+            raise _fail(where, "corrupt JPEG: no frame header")
+    else:
+        try:
+            with Image.open(io.BytesIO(data)) as probe:
+                size = probe.size
+        except Exception as exc:
+            raise _fail(where, f"cannot read image header: {exc}") from None
+    _check_pixels(*size, max_pixels, where)
+    return size
+
+
+def is_jpeg(data: bytes) -> bool:
+    return _kind(data) == "jpeg"
+
+
 def decode_rgb(
     data: bytes, ext: str = "", *, max_pixels: int = MAX_PIXELS, where: str = ""
 ) -> torch.Tensor:
@@ -85,10 +108,7 @@ def decode_rgb(
     kind = _kind(data)
     try:
         if kind == "jpeg":
-            size = jpeg_size(data)
-            if size is None:
-                raise _fail(where, "corrupt JPEG: no frame header")
-            _check_pixels(*size, max_pixels, where)
+            header_size(data, max_pixels=max_pixels, where=where)
             return decode_jpeg(torch.frombuffer(data, dtype=torch.uint8), mode=ImageReadMode.RGB)
         if kind in ("png", "webp", "gif"):
             with Image.open(io.BytesIO(data)) as probe:  # header only: dimensions

@@ -21,7 +21,14 @@ from typing import Any
 import torch
 from torchvision.io import ImageReadMode, decode_image, decode_jpeg
 
-from loaders.decode import IMAGENET_MEAN, IMAGENET_STD, apply_train, eval_augment, normalize
+from loaders.decode import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    apply_train,
+    eval_augment,
+    is_jpeg,
+    normalize,
+)
 
 
 def split_encoded(batch: dict[str, Any]) -> list[torch.Tensor]:
@@ -58,16 +65,16 @@ class DeviceDecoder:
     def decode(self, batch: dict[str, Any]) -> list[torch.Tensor]:
         """Every image of the batch as uint8 [3,H,W] on the device, JPEGs in one call."""
         datas = split_encoded(batch)
-        is_jpeg = [bool(len(d) > 2 and d[0] == 0xFF and d[1] == 0xD8) for d in datas]
+        jpeg = [is_jpeg(bytes(d[:12].numpy())) for d in datas]  # as the workers judged it
         images: list[torch.Tensor | None] = [None] * len(datas)
-        jpegs = [i for i, j in enumerate(is_jpeg) if j]
+        jpegs = [i for i, j in enumerate(jpeg) if j]
         if jpegs:
             decoded = decode_jpeg(
                 [datas[i] for i in jpegs], mode=ImageReadMode.RGB, device=self.device
             )
             for i, img in zip(jpegs, decoded, strict=True):
                 images[i] = img
-        for i, j in enumerate(is_jpeg):
+        for i, j in enumerate(jpeg):
             if not j:
                 img = decode_image(datas[i], mode=ImageReadMode.RGB)
                 images[i] = (img[0] if img.ndim == 4 else img).to(self.device)

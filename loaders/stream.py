@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import io
 import itertools
 import logging
 import random
@@ -21,15 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from PIL import Image
 
 from loaders.decode import (
     IMAGE_EXTENSIONS,
-    MAX_PIXELS,
-    _check_pixels,
-    _fail,
     decode_rgb,
     eval_augment,
+    header_size,
     normalize_into,
     train_augment,
     train_params,
@@ -46,7 +42,6 @@ from loaders.plan import (
 )
 from loaders.source import DatasetIndex, ShardAccess
 from loaders.tario import Sample, TarSampleReader
-from shard_writer.image import jpeg_size
 from wdstool.errors import SampleError, ShardError, WdsToolError
 
 log = logging.getLogger(__name__)
@@ -389,21 +384,7 @@ class BatchAssembler:
         draws (the same as ``_decode``'s), for a device-side decoder."""
         data, _ext = _image_part(loc)
         label = _label(loc)
-        where = f"{loc.url}: sample {loc.sample.key!r}"
-        if not data:
-            raise _fail(where, "empty image member")
-        if data[:2] == b"\xff\xd8":
-            size = jpeg_size(data)
-            if size is None:
-                raise _fail(where, "corrupt JPEG: no frame header")
-            width, height = size
-        else:
-            try:
-                with Image.open(io.BytesIO(data)) as probe:
-                    width, height = probe.size
-            except Exception as exc:
-                raise _fail(where, f"cannot read image header: {exc}") from None
-        _check_pixels(width, height, MAX_PIXELS, where)
+        width, height = header_size(data, where=f"{loc.url}: sample {loc.sample.key!r}")
         params = train_params(height, width, self._rng(loc)) if self.spec.train else None
         return (data, params), label
 
