@@ -5,6 +5,7 @@ node), so the second epoch comes from the node's cache."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -21,7 +22,8 @@ pytestmark = pytest.mark.slow
 NODES, PER_NODE = 2, 2
 
 
-def agent_cmd(node: int, port: int, data: str, cache: Path, out: Path) -> list[str]:
+def agent_cmd(port: int, data: str, cache: Path, out: Path) -> list[str]:
+    """One simulated node: a torchrun agent; c10d assigns the ranks."""
     return [
         sys.executable,
         "-m",
@@ -57,15 +59,14 @@ def test_two_nodes_over_s3_download_each_shard_once_per_node(
     total = sum(s["nsamples"] for s in index["shardlist"])
     assert len(shards) == 10 and total == 48  # 12 per rank: 3 full batches
 
-    proxies = [CountingProxy(s3_server.endpoint_url) for _ in range(NODES)]
     port = free_port()
     procs = []
-    try:
-        for p in proxies:
-            p.__enter__()
+    with contextlib.ExitStack() as stack:
+        proxies = [stack.enter_context(CountingProxy(s3_server.endpoint_url)) for _ in range(NODES)]
+        stack.callback(lambda: [p.kill() for p in procs if p.poll() is None])
         for node, proxy in enumerate(proxies):
             env = {**torchrun_env(), **s3_server.env, "AWS_ENDPOINT_URL": proxy.endpoint_url}
-            cmd = agent_cmd(node, port, url, tmp_path / f"node{node}" / "cache", tmp_path / "out")
+            cmd = agent_cmd(port, url, tmp_path / f"node{node}" / "cache", tmp_path / "out")
             procs.append(
                 subprocess.Popen(
                     cmd,
@@ -79,12 +80,6 @@ def test_two_nodes_over_s3_download_each_shard_once_per_node(
         outputs = [p.communicate(timeout=400)[0] for p in procs]
         for p, output in zip(procs, outputs, strict=True):
             assert p.returncode == 0, output[-3000:]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-        for p in proxies:
-            p.__exit__(None, None, None)
 
     world = NODES * PER_NODE
     reports = [json.loads((tmp_path / "out" / f"rank{r}.json").read_text()) for r in range(world)]
