@@ -357,6 +357,15 @@ class BufferPool:
         return _new_batch(n, image_size, shared=True, dtype=dtype), -1
 
 
+def _next_sample(it: Iterator[Any], plan: WorkerPlan) -> Any:
+    got = next(it, None)
+    if got is None:
+        raise ShardError(
+            f"worker {plan.worker}: ran out of samples before its planned {plan.num_samples}"
+        )
+    return got
+
+
 class BatchAssembler:
     """Decode + augment samples into batches of a planned size; count replaced samples."""
 
@@ -470,14 +479,8 @@ class BatchAssembler:
             for i in range(n):
                 # train augmentation resizes straight into the slot (no copy of the result)
                 self._dest = None if pixels is None else pixels[i]
-                got = next(it, None)
+                img, label, key = _next_sample(it, plan)
                 self._dest = None
-                if got is None:
-                    raise ShardError(
-                        f"worker {plan.worker}: ran out of samples before its planned "
-                        f"{plan.num_samples}"
-                    )
-                img, label, key = got
                 if pixels is None:
                     outputs.append(img)
                 elif img.data_ptr() != pixels[i].data_ptr():
@@ -519,13 +522,7 @@ class BatchAssembler:
             labels = torch.empty(n, dtype=torch.int64)
             keys: list[str] = []
             for i in range(n):
-                got = next(it, None)
-                if got is None:
-                    raise ShardError(
-                        f"worker {plan.worker}: ran out of samples before its planned "
-                        f"{plan.num_samples}"
-                    )
-                (data, params), label, key = got
+                (data, params), label, key = _next_sample(it, plan)
                 datas.append(data)
                 if params is not None:
                     crops[i] = torch.tensor(params[:4], dtype=torch.int32)
