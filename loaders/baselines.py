@@ -5,10 +5,12 @@
 - ``webdataset``: a plain upstream pipeline on the same shards
   (``WebDataset(..., nodesplitter=split_by_node).shuffle().decode("pil")...batched()`` + ``WebLoader``).
 - ``webdataset-fast``: the same upstream pipeline given wdstool's decoder and augmentation
-  (``decode_rgb`` + ``train_augment`` on the raw bytes, uint8 out): what is left of the difference
-  is the pipeline itself (tar parsing, batching, inter-process copies).
+  (``decode_train`` on the raw bytes, the crop drawn from the header and only the crop decoded,
+  as in the loader; uint8 out): what is left of the difference is the pipeline itself (tar
+  parsing, batching, inter-process copies).
 - ``ceiling``: the same decode + augmentation as the loader over the same samples, in as many
   processes as workers, with no loader, no IPC and no batching: what this machine can do.
+  ``partial=False`` gives the ceiling of whole-image decoding (the pre-partial-decode figure).
 """
 
 from __future__ import annotations
@@ -101,23 +103,45 @@ class _FastAugment:
         self.rng: random.Random | None = None
 
     def __call__(self, data: bytes) -> torch.Tensor:
-        from loaders.decode import decode_rgb, train_augment
+        from loaders.decode import (
+            decode_rgb,
+            decode_train,
+            header_size,
+            is_jpeg,
+            train_augment,
+            train_params,
+        )
 
         if self.rng is None:
             self.rng = random.Random()
+        if is_jpeg(data):  # as the loader does: the crop is drawn from the header
+            width, height = header_size(data)
+            return decode_train(data, self.image_size, train_params(height, width, self.rng))
         return train_augment(decode_rgb(data), self.image_size, self.rng)
 
 
-def _ceiling_worker(args: tuple[list[bytes], int, bool, int, Any]) -> tuple[int, float]:
-    images, size, as_float, seed, barrier = args
-    from loaders.decode import decode_rgb, normalize, train_augment
+def _ceiling_worker(args: tuple[list[bytes], int, bool, bool, int, Any]) -> tuple[int, float]:
+    images, size, as_float, partial, seed, barrier = args
+    from loaders.decode import (
+        apply_train,
+        decode_rgb,
+        decode_train,
+        header_size,
+        normalize,
+        train_params,
+    )
 
     torch.set_num_threads(1)  # as in a DataLoader worker: one thread per process
     rng = random.Random(seed)
     barrier.wait()
     t = time.perf_counter()
     for data in images:
-        out = train_augment(decode_rgb(data), size, rng)
+        if partial:  # the loader's path: crop drawn from the header, only the crop decoded
+            width, height = header_size(data)
+            out = decode_train(data, size, train_params(height, width, rng), partial=True)
+        else:  # the whole image decoded
+            img = decode_rgb(data)
+            out = apply_train(img, size, train_params(img.shape[1], img.shape[2], rng))
         if as_float:
             normalize(out)
     return len(images), time.perf_counter() - t
@@ -131,9 +155,15 @@ def ceiling(
     output: str,
     max_samples: int | None = None,
     storage_options: dict | None = None,
+    partial: bool | None = None,
 ) -> dict[str, float]:
     """Decode + augment the dataset's images in ``processes`` processes at once (images are read
-    into memory first, untimed). Returns samples/s = total samples / slowest process time."""
+    into memory first, untimed). Returns samples/s = total samples / slowest process time.
+    ``partial``: decode only the crop of JPEGs (default: as the loader does, see
+    ``decode.PARTIAL_DECODE``); False: whole images, as before the partial decoder."""
+    from loaders.decode import PARTIAL_DECODE
+
+    partial = PARTIAL_DECODE if partial is None else partial
     images: list[bytes] = []
     for url in index.urls:
         with open_shard(url, storage_options) as f:
@@ -150,7 +180,7 @@ def ceiling(
     n = max(1, processes)
     ctx = mp.get_context("spawn")
     barrier = ctx.Manager().Barrier(n)
-    parts = [(images[i::n], image_size, output == "float", i, barrier) for i in range(n)]
+    parts = [(images[i::n], image_size, output == "float", partial, i, barrier) for i in range(n)]
     with ctx.Pool(n) as pool:
         results = pool.map(_ceiling_worker, parts)
     total = sum(r[0] for r in results)

@@ -2,7 +2,9 @@
 
 JPEG goes through libjpeg-turbo (``torchvision.io.decode_jpeg``), PNG/WEBP/GIF through
 ``torchvision.io.decode_image``, anything else through PIL. Declared dimensions are checked
-before any full decode (decompression bombs). Augmentation uses an explicit ``random.Random``
+before any full decode (decompression bombs). The train augmentation of a JPEG decodes only
+its crop where the partial decoder (``loaders/_jpegcrop.c``) is built: the same pixels.
+Augmentation uses an explicit ``random.Random``
 (never torch's global RNG), so a worker's output is a pure function of its seeds.
 Normalization belongs on the training device: ``normalize`` takes uint8 batches there.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import random
 import warnings
 
@@ -22,6 +25,11 @@ from torchvision.transforms.v2 import functional as F
 from shard_writer.image import jpeg_size
 from wdstool.errors import SampleError
 
+try:
+    from loaders import _jpegcrop
+except ImportError:  # built without a C compiler or libjpeg headers: whole-image decode
+    _jpegcrop = None
+
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 IMAGE_EXTENSIONS: frozenset[str] = frozenset(
@@ -31,6 +39,8 @@ MAX_PIXELS = 89_478_485
 # torchvision 0.29 warns on every decode call that its codecs are deprecated in favour of
 # TorchCodec; the functions still work and are what we measured. Silence exactly that warning.
 warnings.filterwarnings("ignore", message=r"The image decoding and encoding capabilities")
+# WDSTOOL_PARTIAL_DECODE=0 turns the partial decoder off (diagnosis, benchmarks)
+PARTIAL_DECODE = _jpegcrop is not None and os.environ.get("WDSTOOL_PARTIAL_DECODE", "1") != "0"
 # decode only reads the bytes: torch.frombuffer over immutable bytes is safe here
 warnings.filterwarnings("ignore", message=r"The given buffer is not writable")
 
@@ -218,6 +228,44 @@ def apply_train(
         except (RuntimeError, TypeError):
             pass
     return _into(resized.flip(-1) if flip else resized, out)
+
+
+def decode_crop(data: bytes, top: int, left: int, h: int, w: int) -> torch.Tensor | None:
+    """The [3,h,w] uint8 rectangle of a JPEG, decoding only what it needs (rows above it are
+    skipped, columns outside a band around it and rows below it never decoded); the pixels a
+    whole-image ``decode_rgb`` has there. None where this decoder is not built or not to be
+    trusted with the image (CMYK, a libjpeg error or warning, no end-of-image marker at the
+    end): decode it whole instead, which also gives the error message. The end check keeps a
+    truncated file rejected, as the whole-image decoder rejects it, even when the cut lies
+    below the rectangle."""
+    if _jpegcrop is None or not data.endswith(b"\xff\xd9"):
+        return None
+    out = torch.empty((h, w, 3), dtype=torch.uint8)
+    try:
+        done = _jpegcrop.decode_crop(data, left, top, w, h, out.numpy())
+    except ValueError:
+        return None
+    return out.permute(2, 0, 1) if done else None
+
+
+def decode_train(
+    data: bytes,
+    size: int,
+    params: tuple[int, int, int, int, bool],
+    out: torch.Tensor | None = None,
+    *,
+    partial: bool = PARTIAL_DECODE,
+    max_pixels: int = MAX_PIXELS,
+    where: str = "",
+) -> torch.Tensor:
+    """``apply_train(decode_rgb(data), size, params, out)``, for a JPEG by decoding only the
+    crop ``params`` names (``train_params`` of its ``header_size``). Same pixels either way."""
+    if partial and is_jpeg(data):
+        top, left, h, w, flip = params
+        crop = decode_crop(data, top, left, h, w)
+        if crop is not None:
+            return apply_train(crop, size, (0, 0, h, w, flip), out)
+    return apply_train(decode_rgb(data, max_pixels=max_pixels, where=where), size, params, out)
 
 
 def train_augment(

@@ -24,8 +24,10 @@ import torch
 from loaders.decode import (
     IMAGE_EXTENSIONS,
     decode_rgb,
+    decode_train,
     eval_augment,
     header_size,
+    is_jpeg,
     normalize_into,
     train_augment,
     train_params,
@@ -403,7 +405,14 @@ class BatchAssembler:
         try:
             data, ext = _image_part(loc)
             label = _label(loc)
-            img = decode_rgb(data, ext, where=f"{loc.url}: sample {loc.sample.key!r}")
+            where = f"{loc.url}: sample {loc.sample.key!r}"
+            if self.spec.train and self.spec.transform is None and is_jpeg(data):
+                # the crop is drawn from the header, so only the crop needs decoding
+                width, height = header_size(data, where=where)
+                params = train_params(height, width, self._rng(loc))
+                out = decode_train(data, self.spec.image_size, params, self._dest, where=where)
+                return out, label
+            img = decode_rgb(data, ext, where=where)
             if self.spec.transform is not None:
                 return self.spec.transform(img), label
             if self.spec.train:

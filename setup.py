@@ -1,0 +1,21 @@
+"""The one compiled part: loaders/_jpegcrop.c (partial JPEG decode with libjpeg-turbo).
+
+It is optional: where no C compiler or libjpeg headers are found (Debian/Ubuntu:
+``apt install libjpeg-dev``) the build goes on without it and the loaders decode whole images
+(the same pixels, slower); ``wdstool stream-bench`` says which decoder ran.
+Everything else about the package lives in pyproject.toml.
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "loaders._jpegcrop",
+            ["loaders/_jpegcrop.c"],
+            libraries=["jpeg"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        )
+    ]
+)

@@ -1,0 +1,186 @@
+"""Partial JPEG decode (loaders/_jpegcrop.c): the pixels of a whole-image decode, for every
+kind of JPEG the encoders here write, and the same verdict on broken files."""
+
+from __future__ import annotations
+
+import io
+import random
+import shutil
+import sysconfig
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from PIL import Image
+
+import loaders.decode as decode
+from loaders.decode import (
+    apply_train,
+    decode_crop,
+    decode_rgb,
+    decode_train,
+    header_size,
+    train_params,
+)
+from wdstool.errors import SampleError
+
+needs_ext = pytest.mark.skipif(
+    decode._jpegcrop is None, reason="loaders/_jpegcrop not built (no C compiler or libjpeg-dev)"
+)
+
+
+def test_the_partial_decoder_is_built_where_it_can_be() -> None:
+    """Where a compiler, Python's and libjpeg's headers are present (this project's CI), a
+    failed build must not pass unnoticed as a silent fallback."""
+    include = Path(sysconfig.get_paths()["include"])
+    can = shutil.which("cc") and (include / "Python.h").exists()
+    can = can and any(Path(p, "jpeglib.h").exists() for p in ("/usr/include", "/usr/local/include"))
+    if not can:
+        pytest.skip("no C compiler or headers here")
+    assert decode._jpegcrop is not None
+    assert decode.PARTIAL_DECODE or "WDSTOOL_PARTIAL_DECODE" in __import__("os").environ
+
+
+def _noise(w: int, h: int, seed: int) -> Image.Image:
+    # sharp colour noise over a smooth gradient: chroma upsampling differs at every pixel, so a
+    # wrong edge rule or an off-by-one in the band shows
+    g = torch.Generator().manual_seed(seed)
+    base = torch.linspace(0, 255, w).expand(h, w)
+    noise = torch.randint(0, 256, (h, w, 3), generator=g)
+    arr = ((base.unsqueeze(-1) + noise) / 2).to(torch.uint8).numpy()
+    return Image.fromarray(arr, "RGB")
+
+
+KINDS = {
+    "420": {"subsampling": 2},
+    "422": {"subsampling": 1},
+    "444": {"subsampling": 0},
+    "progressive": {"progressive": True},
+    "restart-markers": {"restart_marker_blocks": 2},
+    "grey": {},
+}
+
+
+def _jpeg(w: int, h: int, kind: str, seed: int = 0, quality: int = 90) -> bytes:
+    img = _noise(w, h, seed)
+    if kind == "grey":
+        img = img.convert("L")
+    buf = io.BytesIO()
+    img.save(buf, "JPEG", quality=quality, **KINDS[kind])
+    return buf.getvalue()
+
+
+@needs_ext
+@settings(max_examples=150, deadline=None)
+@given(
+    kind=st.sampled_from(sorted(KINDS)),
+    w=st.integers(1, 160),
+    h=st.integers(1, 160),
+    data=st.data(),
+)
+def test_any_rectangle_has_the_whole_decode_pixels(kind: str, w: int, h: int, data) -> None:
+    jpeg = _jpeg(w, h, kind, seed=w * 1000 + h)
+    left = data.draw(st.integers(0, w - 1))
+    top = data.draw(st.integers(0, h - 1))
+    cw = data.draw(st.integers(1, w - left))
+    ch = data.draw(st.integers(1, h - top))
+    crop = decode_crop(jpeg, top, left, ch, cw)
+    assert crop is not None
+    assert torch.equal(crop, decode_rgb(jpeg)[:, top : top + ch, left : left + cw])
+
+
+@needs_ext
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_train_augmentation_is_unchanged(kind: str) -> None:
+    """decode_train with partial decode == the whole-image path, into a batch slot, flipped or
+    not, over many RandomResizedCrop draws on photo-sized images."""
+    jpeg = _jpeg(331, 247, kind, seed=7)
+    whole = decode_rgb(jpeg)
+    rng = random.Random(kind)
+    for _ in range(25):
+        params = train_params(*header_size(jpeg)[::-1], rng)
+        slot = torch.empty((3, 64, 64), dtype=torch.uint8)
+        got = decode_train(jpeg, 64, params, slot, partial=True)
+        assert got.data_ptr() == slot.data_ptr()
+        assert torch.equal(got, apply_train(whole, 64, params))
+
+
+@needs_ext
+def test_images_it_does_not_handle_are_decoded_whole() -> None:
+    cmyk = io.BytesIO()
+    _noise(50, 40, 1).convert("CMYK").save(cmyk, "JPEG")
+    data = cmyk.getvalue()
+    assert decode_crop(data, 5, 5, 20, 20) is None
+    params = (5, 5, 20, 20, True)
+    assert torch.equal(decode_train(data, 16, params), apply_train(decode_rgb(data), 16, params))
+    # bytes after the end-of-image marker: whole decode (it accepts them)
+    padded = _jpeg(50, 40, "420") + b"\0" * 16
+    assert decode_crop(padded, 0, 0, 8, 8) is None
+    assert decode_train(padded, 16, params).shape == (3, 16, 16)
+
+
+@needs_ext
+@pytest.mark.parametrize("cut_at", [0.2, 0.5, 0.9])
+def test_a_truncated_file_is_rejected_wherever_the_crop_lies(cut_at: float) -> None:
+    """The whole-image decoder rejects a truncated file; so does decode_train, even for a crop
+    entirely above the cut (which the partial decoder alone would decode)."""
+    full = _jpeg(120, 200, "420")
+    cut = full[: int(len(full) * cut_at)]
+    with pytest.raises(SampleError, match="k7"):
+        decode_rgb(cut, where="k7")
+    for params in ((0, 0, 10, 10, False), (150, 50, 40, 60, True)):
+        with pytest.raises(SampleError, match="k7"):
+            decode_train(cut, 16, params, where="k7")
+
+
+@needs_ext
+def test_corrupt_entropy_data_gets_the_whole_decoders_verdict() -> None:
+    """Garbage inside the scan: libjpeg warns or fails; either way the whole-image decoder
+    decides (same pixels or same error), never a made-up partial result."""
+    full = _jpeg(120, 120, "420", seed=3)
+    rng = random.Random(3)
+    verdicts = set()
+    junks = (b"\xff\x00\x13", bytes(3), b"\xff\xd9", b"\xff\xc0\x00\x02", b"\xff\xda\x00\x02")
+    for junk in junks * 3:
+        at = rng.randrange(len(full) // 3, len(full) - 8)
+        data = full[:at] + junk + full[at + len(junk) :]
+        params = (10, 10, 90, 90, False)
+        try:
+            expected = apply_train(decode_rgb(data), 32, params)
+        except SampleError:
+            verdicts.add("rejected")
+            with pytest.raises(SampleError):
+                decode_train(data, 32, params)
+            continue
+        verdicts.add("decoded")
+        assert torch.equal(decode_train(data, 32, params), expected)
+    assert verdicts == {"rejected", "decoded"}
+
+
+@needs_ext
+def test_the_loader_decodes_only_crops(uneven_dataset: Path, monkeypatch) -> None:
+    """In the loader's train path every JPEG goes through the partial decoder (num_workers=0,
+    so the counting shim is in this process), and the batches equal the whole-image ones."""
+    from loaders import make_loader
+
+    calls = []
+    real = decode._jpegcrop
+
+    class Counting:
+        def decode_crop(self, *args):
+            calls.append(args[1:5])
+            return real.decode_crop(*args)
+
+    def epoch() -> list[torch.Tensor]:
+        loader = make_loader(str(uneven_dataset), 4, image_size=32, num_workers=0, seed=5)
+        return [b["pixel_values"] for b in loader]
+
+    monkeypatch.setattr(decode, "_jpegcrop", Counting())
+    partial = epoch()
+    assert calls and len(calls) == sum(len(b) for b in partial)
+    monkeypatch.setattr(decode, "_jpegcrop", None)
+    whole = epoch()
+    assert len(whole) == len(partial)
+    assert all(torch.equal(a, b) for a, b in zip(partial, whole, strict=True))
