@@ -20,6 +20,7 @@ from loaders.baselines import (
     webdataset_loader,
 )
 from loaders.bench import RunResult, measure, recommend
+from loaders.decode import PARTIAL_DECODE
 from loaders.loader import make_loader
 from loaders.source import resolve_source
 from wdstool.errors import ConfigError, WdsToolError
@@ -214,14 +215,17 @@ def run_stream_bench(
         if cfg.with_ceiling:
             for w in sorted(set(cfg.workers)):
                 limit = None if cfg.batches is None else cfg.batches * cfg.batch_size
-                ceilings[w] = ceiling(
-                    index,
-                    processes=max(1, w),
-                    image_size=cfg.image_size,
-                    output=cfg.output,
-                    max_samples=limit,
-                    storage_options=cfg.storage_options,
-                )
+                kw = {
+                    "processes": max(1, w),
+                    "image_size": cfg.image_size,
+                    "output": cfg.output,
+                    "max_samples": limit,
+                    "storage_options": cfg.storage_options,
+                }
+                ceilings[w] = ceiling(index, **kw)
+                if PARTIAL_DECODE:  # and what decoding whole images allows, as before
+                    whole = ceiling(index, partial=False, **kw)
+                    ceilings[w]["whole_image_samples_per_s"] = whole["samples_per_s"]
     except KeyboardInterrupt:
         interrupted = True
     avg_bytes = _avg_bytes(cfg)
@@ -314,6 +318,8 @@ def _report(
         "summary": summary,
         "ratios": ratios,
         "ceiling": {str(w): c for w, c in ceilings.items()},
+        # train JPEGs: only the crop decoded (loaders/_jpegcrop.c), or whole images
+        "decoder": "partial" if PARTIAL_DECODE else "whole",
         "recommendation": recommend(runs) if len(set(cfg.workers)) > 1 else {},
         "interrupted": interrupted,
     }

@@ -494,9 +494,16 @@ def _render_bench(report: dict) -> None:
             f"{r['pairs']} pairs)"
         )
     for w, c in report["ceiling"].items():
-        click.echo(
+        line = (
             f"ceiling ({w} process{'es' if w != '1' else ''}, decode+augment, no loader): "
             f"{c['samples_per_s']:.0f} samples/s"
+        )
+        if c.get("whole_image_samples_per_s"):
+            line += f"; decoding whole images: {c['whole_image_samples_per_s']:.0f} samples/s"
+        click.echo(line)
+    if report.get("decoder") == "whole":
+        click.echo(
+            "decoder: whole images (loaders/_jpegcrop not built or WDSTOOL_PARTIAL_DECODE=0)"
         )
     rec = report.get("recommendation") or {}
     if rec:

@@ -73,6 +73,12 @@ def test_cli_json_has_every_field_and_sweep_runs(uneven_dataset: Path, tmp_path:
     one_worker = [x for x in report["runs"] if x["workers"] == 1]
     assert all(x["peak_rss_workers_mb"] > 0 for x in one_worker)
     assert set(report["ceiling"]) == {"0", "1"} and report["summary"][0]["efficiency"] > 0
+    from loaders.decode import PARTIAL_DECODE
+
+    assert report["decoder"] == ("partial" if PARTIAL_DECODE else "whole")
+    if PARTIAL_DECODE:  # the whole-image ceiling beside the loader's own
+        assert all(c["whole_image_samples_per_s"] > 0 for c in report["ceiling"].values())
+        assert "decoding whole images" in r.stdout
     assert report["recommendation"]["num_workers"] in (0, 1) and report["recommendation"]["why"]
     assert "samples/s" in r.stdout and "recommendation" in r.stdout
     assert plot.stat().st_size > 10_000
