@@ -4,6 +4,7 @@ kind of JPEG the encoders here write, and the same verdict on broken files."""
 from __future__ import annotations
 
 import io
+import os
 import random
 import shutil
 import sysconfig
@@ -40,7 +41,7 @@ def test_the_partial_decoder_is_built_where_it_can_be() -> None:
     if not can:
         pytest.skip("no C compiler or headers here")
     assert decode._jpegcrop is not None
-    assert decode.PARTIAL_DECODE or "WDSTOOL_PARTIAL_DECODE" in __import__("os").environ
+    assert decode.PARTIAL_DECODE or os.environ.get("WDSTOOL_PARTIAL_DECODE") == "0"
 
 
 def _noise(w: int, h: int, seed: int) -> Image.Image:
@@ -160,6 +161,7 @@ def test_corrupt_entropy_data_gets_the_whole_decoders_verdict() -> None:
 
 
 @needs_ext
+@pytest.mark.skipif(not decode.PARTIAL_DECODE, reason="WDSTOOL_PARTIAL_DECODE=0")
 def test_the_loader_decodes_only_crops(uneven_dataset: Path, monkeypatch) -> None:
     """In the loader's train path every JPEG goes through the partial decoder (num_workers=0,
     so the counting shim is in this process), and the batches equal the whole-image ones."""
@@ -184,3 +186,26 @@ def test_the_loader_decodes_only_crops(uneven_dataset: Path, monkeypatch) -> Non
     whole = epoch()
     assert len(whole) == len(partial)
     assert all(torch.equal(a, b) for a, b in zip(partial, whole, strict=True))
+
+
+@needs_ext
+def test_photographs_at_every_setting() -> None:
+    """The installed packages' photographs (what `wdstool sample-data` renders from), encoded
+    at several qualities, subsamplings and progressive: 200 RandomResizedCrop draws, equal."""
+    from shard_writer.sample_data import source_photos
+
+    rng = random.Random(11)
+    photos = source_photos()
+    for i in range(40):
+        _name, photo = photos[i % len(photos)]
+        buf = io.BytesIO()
+        options = {"quality": rng.choice((50, 75, 95)), "subsampling": rng.choice((0, 1, 2))}
+        photo.save(buf, "JPEG", progressive=rng.random() < 0.3, **options)
+        jpeg = buf.getvalue()
+        whole = decode_rgb(jpeg)
+        for _ in range(5):
+            params = train_params(whole.shape[1], whole.shape[2], rng)
+            top, left, h, w, _flip = params
+            crop = decode_crop(jpeg, top, left, h, w)
+            assert crop is not None
+            assert torch.equal(crop, whole[:, top : top + h, left : left + w]), (i, options)
