@@ -136,6 +136,7 @@ def main() -> None:
         cache_dir=args.cache_dir,
         cache_limit=args.cache_limit,
         output="encoded" if args.gpu_decode else "uint8",
+        channels_last=cuda,  # the model's layout: the copy to the GPU needs no conversion
     )
     decoder = DeviceDecoder(args.image_size, device=device) if args.gpu_decode else None
     num_classes = max(len(loader.dataset.index.classes), 2)
@@ -184,7 +185,7 @@ def main() -> None:
                 x = decoder(batch)  # decoded, augmented and normalized on the device
             else:
                 x = normalize(batch["pixel_values"].to(device, non_blocking=True))
-            if cuda:
+            if cuda:  # a no-op for channels-last batches; converts DeviceDecoder's output
                 x = x.contiguous(memory_format=torch.channels_last)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
                 loss = F.cross_entropy(model(x), y)

@@ -120,8 +120,10 @@ class _FastAugment:
         return train_augment(decode_rgb(data), self.image_size, self.rng)
 
 
-def _ceiling_worker(args: tuple[list[bytes], int, bool, bool, int, Any]) -> tuple[int, float]:
-    images, size, as_float, partial, seed, barrier = args
+def _ceiling_worker(
+    args: tuple[list[bytes], int, bool, bool, bool, int, Any],
+) -> tuple[int, float]:
+    images, size, as_float, partial, channels_last, seed, barrier = args
     from loaders.decode import (
         apply_train,
         decode_rgb,
@@ -133,15 +135,18 @@ def _ceiling_worker(args: tuple[list[bytes], int, bool, bool, int, Any]) -> tupl
 
     torch.set_num_threads(1)  # as in a DataLoader worker: one thread per process
     rng = random.Random(seed)
+    # one reused slot in the batch layout the loader writes: resize straight into it
+    slot = torch.empty((size, size, 3) if channels_last else (3, size, size), dtype=torch.uint8)
+    slot = slot.permute(2, 0, 1) if channels_last else slot
     barrier.wait()
     t = time.perf_counter()
     for data in images:
         if partial:  # the loader's path: crop drawn from the header, only the crop decoded
             width, height = header_size(data)
-            out = decode_train(data, size, train_params(height, width, rng), partial=True)
+            out = decode_train(data, size, train_params(height, width, rng), slot, partial=True)
         else:  # the whole image decoded
             img = decode_rgb(data)
-            out = apply_train(img, size, train_params(img.shape[1], img.shape[2], rng))
+            out = apply_train(img, size, train_params(img.shape[1], img.shape[2], rng), slot)
         if as_float:
             normalize(out)
     return len(images), time.perf_counter() - t
@@ -156,11 +161,13 @@ def ceiling(
     max_samples: int | None = None,
     storage_options: dict | None = None,
     partial: bool | None = None,
+    channels_last: bool = False,
 ) -> dict[str, float]:
     """Decode + augment the dataset's images in ``processes`` processes at once (images are read
     into memory first, untimed). Returns samples/s = total samples / slowest process time.
     ``partial``: decode only the crop of JPEGs (default: as the loader does, see
-    ``decode.PARTIAL_DECODE``); False: whole images, as before the partial decoder."""
+    ``decode.PARTIAL_DECODE``); False: whole images, as before the partial decoder.
+    ``channels_last``: resize into a slot laid out as the loader's ``channels_last`` batches."""
     from loaders.decode import PARTIAL_DECODE
 
     partial = PARTIAL_DECODE if partial is None else partial
@@ -180,7 +187,10 @@ def ceiling(
     n = max(1, processes)
     ctx = mp.get_context("spawn")
     barrier = ctx.Manager().Barrier(n)
-    parts = [(images[i::n], image_size, output == "float", partial, i, barrier) for i in range(n)]
+    as_float = output == "float"
+    parts = [
+        (images[i::n], image_size, as_float, partial, channels_last, i, barrier) for i in range(n)
+    ]
     with ctx.Pool(n) as pool:
         results = pool.map(_ceiling_worker, parts)
     total = sum(r[0] for r in results)

@@ -228,6 +228,7 @@ class DecodeSpec:
     output: str  # "uint8" | "float" | "encoded"
     transform: Callable[[torch.Tensor], torch.Tensor] | None = None
     on_error: str = "raise"  # "raise" | "skip"
+    channels_last: bool = False  # batches in [B,S,S,3] memory (torch.channels_last strides)
 
 
 def _image_part(loc: Located) -> tuple[bytes, str]:
@@ -248,18 +249,29 @@ def _label(loc: Located) -> int:
         raise SampleError(f"{loc.url}: sample {loc.sample.key!r}: bad label {raw[:20]!r}") from None
 
 
-def _new_batch(n: int, size: int, shared: bool, dtype: torch.dtype = torch.uint8) -> torch.Tensor:
+def _new_batch(
+    n: int,
+    size: int,
+    shared: bool,
+    dtype: torch.dtype = torch.uint8,
+    channels_last: bool = False,
+) -> torch.Tensor:
     """A [n,3,size,size] tensor, allocated in shared memory inside DataLoader workers so that
-    handing it to the main process costs no extra copy."""
+    handing it to the main process costs no extra copy; with ``channels_last`` its memory is
+    [n,size,size,3] (``torch.channels_last`` strides)."""
     numel = n * 3 * size * size
+    shape = (n, size, size, 3) if channels_last else (n, 3, size, size)
+    batch = None
     if shared:
         try:
             itemsize = torch.empty(0, dtype=dtype).element_size()
             storage = torch.UntypedStorage._new_shared(numel * itemsize)
-            return torch.empty(0, dtype=dtype).set_(storage).view(n, 3, size, size)
+            batch = torch.empty(0, dtype=dtype).set_(storage).view(shape)
         except (AttributeError, RuntimeError):  # private API moved: fall back to a plain tensor
             pass
-    return torch.empty((n, 3, size, size), dtype=dtype)
+    if batch is None:
+        batch = torch.empty(shape, dtype=dtype)
+    return batch.permute(0, 3, 1, 2) if channels_last else batch
 
 
 class SharedPool:
@@ -270,11 +282,17 @@ class SharedPool:
     (that cost ~5% of a worker's time here). ``pixels`` [slots, B, 3, S, S], ``labels``
     [slots, B]."""
 
-    def __init__(self, slots: int, batch_size: int, image_size: int, dtype: torch.dtype) -> None:
+    def __init__(
+        self,
+        slots: int,
+        batch_size: int,
+        image_size: int,
+        dtype: torch.dtype,
+        channels_last: bool = False,
+    ) -> None:
         self.key = uuid.uuid4().hex
-        self.pixels = _new_batch(slots * batch_size, image_size, shared=True, dtype=dtype).view(
-            slots, batch_size, 3, image_size, image_size
-        )
+        flat = _new_batch(slots * batch_size, image_size, True, dtype, channels_last)
+        self.pixels = flat.unflatten(0, (slots, batch_size))
         labels = torch.UntypedStorage._new_shared(slots * batch_size * 8)
         self.labels = torch.empty(0, dtype=torch.int64).set_(labels).view(slots, batch_size)
         _POOLS[self.key] = self
@@ -333,7 +351,11 @@ class BufferPool:
         self.buffers: list[torch.Tensor | None] = [None] * size
 
     def get(
-        self, n: int, image_size: int, dtype: torch.dtype = torch.uint8
+        self,
+        n: int,
+        image_size: int,
+        dtype: torch.dtype = torch.uint8,
+        channels_last: bool = False,
     ) -> tuple[torch.Tensor, int]:
         sh = self.shared
         if sh is not None and sh.pixels.dtype == dtype and n <= sh.pixels.shape[1]:
@@ -343,10 +365,10 @@ class BufferPool:
                     self.buffers[slot] = sh.pixels[g]
                     self.flags[g] = 0
                     return sh.pixels[g, :n], g
-            return _new_batch(n, image_size, shared=True, dtype=dtype), -1
+            return _new_batch(n, image_size, True, dtype, channels_last), -1
         for slot, buf in enumerate(self.buffers):
             if buf is None:
-                buf = _new_batch(n, image_size, shared=True, dtype=dtype)
+                buf = _new_batch(n, image_size, True, dtype, channels_last)
                 self.buffers[slot] = buf
             elif (
                 self.flags[self.base + slot] != 1
@@ -356,7 +378,7 @@ class BufferPool:
                 continue
             self.flags[self.base + slot] = 0
             return buf, self.base + slot
-        return _new_batch(n, image_size, shared=True, dtype=dtype), -1
+        return _new_batch(n, image_size, True, dtype, channels_last), -1
 
 
 def _next_sample(it: Iterator[Any], plan: WorkerPlan) -> Any:
@@ -473,15 +495,16 @@ class BatchAssembler:
             pixels: torch.Tensor | None = None
             slot = -1
             as_float = self.spec.output == "float" and self.spec.transform is None
+            size, cl = self.spec.image_size, self.spec.channels_last
             if self.spec.transform is None:
                 if as_float:  # uint8 scratch, never shared: the float batch leaves the worker
                     if self._scratch is None or self._scratch.shape[0] != n:
-                        self._scratch = _new_batch(n, self.spec.image_size, shared=False)
+                        self._scratch = _new_batch(n, size, False, torch.uint8, cl)
                     pixels = self._scratch
                 elif self.pool is not None and (n == batch_size or self.pool.shared is not None):
-                    pixels, slot = self.pool.get(n, self.spec.image_size)
+                    pixels, slot = self.pool.get(n, size, torch.uint8, cl)
                 else:
-                    pixels = _new_batch(n, self.spec.image_size, self.shared)
+                    pixels = _new_batch(n, size, self.shared, torch.uint8, cl)
             labels = torch.empty(n, dtype=torch.int64)
             keys: list[str] = []
             outputs: list[torch.Tensor] = []
@@ -497,12 +520,14 @@ class BatchAssembler:
                 labels[i] = label
                 keys.append(key)
             batch = torch.stack(outputs) if pixels is None else pixels
+            if pixels is None and cl and batch.dim() == 4:  # a user transform's images
+                batch = batch.contiguous(memory_format=torch.channels_last)
             if as_float:
                 assert pixels is not None
                 if self.pool is not None and (n == batch_size or self.pool.shared is not None):
-                    out, slot = self.pool.get(n, self.spec.image_size, torch.float32)
+                    out, slot = self.pool.get(n, size, torch.float32, cl)
                 else:
-                    out = _new_batch(n, self.spec.image_size, self.shared, torch.float32)
+                    out = _new_batch(n, size, self.shared, torch.float32, cl)
                 batch = normalize_into(pixels, out)
             shared = self.pool.shared if self.pool is not None else None
             pooled = shared is not None and slot >= 0

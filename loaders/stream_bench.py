@@ -34,6 +34,7 @@ class BenchConfig:
     prefetch_factor: int = 4
     image_size: int = 224
     output: str = "uint8"
+    channels_last: bool = False
     batches: int | None = None
     epochs: int = 1
     warmup: int = 0
@@ -169,6 +170,7 @@ def run_stream_bench(
                         num_workers=w,
                         prefetch_factor=cfg.prefetch_factor,
                         output=cfg.output,
+                        channels_last=cfg.channels_last,
                         rank=cfg.rank,
                         world_size=cfg.world_size,
                         shuffle_buffer=cfg.shuffle_buffer,
@@ -221,6 +223,7 @@ def run_stream_bench(
                     "output": cfg.output,
                     "max_samples": limit,
                     "storage_options": cfg.storage_options,
+                    "channels_last": cfg.channels_last,
                 }
                 ceilings[w] = ceiling(index, **kw)
                 if PARTIAL_DECODE:  # and what decoding whole images allows, as before

@@ -566,6 +566,12 @@ def _plot_bench(report: dict, path: str) -> None:
 @click.option("--image-size", type=click.IntRange(min=8), default=224, show_default=True)
 @click.option("--output", type=click.Choice(["uint8", "float"]), default="uint8", show_default=True)
 @click.option(
+    "--channels-last",
+    is_flag=True,
+    help="Batches in channels-last memory (make_loader(channels_last=True)), as channels-last "
+    "models take them.",
+)
+@click.option(
     "--batches",
     type=click.IntRange(min=1),
     default=None,
@@ -642,6 +648,7 @@ def stream_bench_cmd(
     prefetch_factor: int,
     image_size: int,
     output: str,
+    channels_last: bool,
     batches: int | None,
     epochs: int,
     warmup: int,
@@ -688,6 +695,7 @@ def stream_bench_cmd(
         prefetch_factor=prefetch_factor,
         image_size=image_size,
         output=output,
+        channels_last=channels_last,
         batches=batches,
         epochs=epochs,
         warmup=warmup,
