@@ -220,13 +220,25 @@ def apply_train(
             return out
         except (RuntimeError, TypeError):
             pass
-    resized = _resize_aa(crop, size)
-    if flip and out is not None and _FLIP_OUT is not None and out.dtype == resized.dtype:
+    if (
+        out is not None
+        and flip
+        and _AA_OUT is not None
+        and _FLIP_OUT is not None
+        and crop.device.type == "cpu"
+        and out.dtype == crop.dtype
+    ):
+        # resize into a scratch laid out as ``out`` (a channels-last slot: the resize writes
+        # packed pixels, ~79 us; flipping from a [3,S,S] result into it would cost ~214 us
+        # in all), then flip into the slot
+        scratch = torch.empty_like(out)
         try:
-            _FLIP_OUT(resized, [-1], out=out)
+            _AA_OUT(crop.unsqueeze(0), [size, size], False, out=scratch.unsqueeze(0))
+            _FLIP_OUT(scratch, [-1], out=out)
             return out
         except (RuntimeError, TypeError):
             pass
+    resized = _resize_aa(crop, size)
     return _into(resized.flip(-1) if flip else resized, out)
 
 
