@@ -536,6 +536,9 @@ def _plot_bench(report: dict, path: str) -> None:
             "k--",
             label="ceiling (decode+augment)",
         )
+        whole = [report["ceiling"][str(w)].get("whole_image_samples_per_s") for w in ws]
+        if all(whole):
+            ax1.plot(ws, whole, ":", color="grey", label="ceiling, whole-image decode")
     ax1.xaxis.get_major_locator().set_params(integer=True)
     ax1.set_xlabel("DataLoader workers")
     ax1.set_ylabel("samples/s")
