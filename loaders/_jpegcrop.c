@@ -11,7 +11,8 @@
  *   data: the JPEG bytes (any contiguous buffer); out: a writable contiguous buffer of exactly
  *   height*width*3 bytes, filled with the RGB pixels (HWC) of the rectangle.
  *   Returns True when done, False when this decoder should not be trusted with the image
- *   (CMYK/YCCK colour, or libjpeg warned about corrupt data): the caller decodes it whole.
+ *   (CMYK/YCCK colour, libjpeg warned about corrupt data, or a stray marker in the bytes
+ *   below the rectangle): the caller decodes it whole.
  *   Raises ValueError with libjpeg's message when the data cannot be decoded.
  *
  * The pixels are those of a whole-image decode with libjpeg's defaults (islow IDCT, fancy
@@ -51,6 +52,24 @@ static void on_message(j_common_ptr cinfo, int level) {
 }
 
 enum { DONE = 0, FAILED = 1, UNSUPPORTED = 2 };
+
+static int is_rst(int code) { return code >= 0xD0 && code <= 0xD7; }
+
+/* 1 if the input left unread holds a marker other than restart markers and the final EOI
+ * (entropy-coded data escapes 0xFF as FF 00; FF FF is fill before a marker). */
+static int stray_marker(j_decompress_ptr cinfo) {
+  if (cinfo->unread_marker && cinfo->unread_marker != 0xD9 && !is_rst(cinfo->unread_marker))
+    return 1;
+  const unsigned char *p = cinfo->src->next_input_byte;
+  const unsigned char *end = p + cinfo->src->bytes_in_buffer;
+  while (p < end && (p = memchr(p, 0xFF, (size_t)(end - p))) != NULL) {
+    if (++p == end) return 1; /* a lone 0xFF at the very end */
+    int code = *p;
+    if (code == 0x00 || code == 0xFF || is_rst(code)) continue;
+    return !(code == 0xD9 && p + 1 == end); /* only the final EOI may follow */
+  }
+  return 0;
+}
 
 static int decode(const unsigned char *data, size_t size, JDIMENSION left, JDIMENSION top,
                   JDIMENSION width, JDIMENSION height, unsigned char *out, struct guard *g) {
@@ -109,10 +128,14 @@ static int decode(const unsigned char *data, size_t size, JDIMENSION left, JDIME
     }
     if (y >= top) memcpy(out + (size_t)(y - top) * bytes, line + skip, bytes);
   }
-  jpeg_abort_decompress(&cinfo); /* the rows below the rectangle are never decoded */
+  /* The rows below the rectangle are never decoded. A whole-image decode would still read
+   * their bytes and reject a stray marker there ("Unsupported marker type", "two SOF
+   * markers"): look for one, so such a file gets the whole decoder's verdict too. */
+  int stray = stray_marker(&cinfo);
+  jpeg_abort_decompress(&cinfo);
   jpeg_destroy_decompress(&cinfo);
   free(row);
-  return g->warned ? UNSUPPORTED : DONE;
+  return g->warned || stray ? UNSUPPORTED : DONE;
 }
 
 static PyObject *decode_crop(PyObject *self, PyObject *args) {
