@@ -616,7 +616,8 @@ def _plot_bench(report: dict, path: str) -> None:
     "--ceiling",
     "with_ceiling",
     is_flag=True,
-    help="Also measure decode + augmentation alone in as many processes as workers.",
+    help="Also measure decode + augmentation alone in as many processes as workers (the "
+    "loader's own per-sample work; with the partial JPEG decoder also the whole-image figure).",
 )
 @click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True)
 @click.option(
