@@ -103,35 +103,18 @@ class _FastAugment:
         self.rng: random.Random | None = None
 
     def __call__(self, data: bytes) -> torch.Tensor:
-        from loaders.decode import (
-            decode_rgb,
-            decode_train,
-            header_size,
-            is_jpeg,
-            train_augment,
-            train_params,
-        )
+        from loaders.decode import train_sample
 
         if self.rng is None:
             self.rng = random.Random()
-        if is_jpeg(data):  # as the loader does: the crop is drawn from the header
-            width, height = header_size(data)
-            return decode_train(data, self.image_size, train_params(height, width, self.rng))
-        return train_augment(decode_rgb(data), self.image_size, self.rng)
+        return train_sample(data, self.image_size, self.rng)  # as the loader decodes
 
 
 def _ceiling_worker(
     args: tuple[list[bytes], int, bool, bool, bool, int, Any],
 ) -> tuple[int, float]:
     images, size, as_float, partial, channels_last, seed, barrier = args
-    from loaders.decode import (
-        apply_train,
-        decode_rgb,
-        decode_train,
-        header_size,
-        normalize,
-        train_params,
-    )
+    from loaders.decode import normalize, train_sample
 
     torch.set_num_threads(1)  # as in a DataLoader worker: one thread per process
     rng = random.Random(seed)
@@ -141,12 +124,7 @@ def _ceiling_worker(
     barrier.wait()
     t = time.perf_counter()
     for data in images:
-        if partial:  # the loader's path: crop drawn from the header, only the crop decoded
-            width, height = header_size(data)
-            out = decode_train(data, size, train_params(height, width, rng), slot, partial=True)
-        else:  # the whole image decoded
-            img = decode_rgb(data)
-            out = apply_train(img, size, train_params(img.shape[1], img.shape[2], rng), slot)
+        out = train_sample(data, size, rng, slot, partial=partial)
         if as_float:
             normalize(out)
     return len(images), time.perf_counter() - t

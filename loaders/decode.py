@@ -280,6 +280,25 @@ def decode_train(
     return apply_train(decode_rgb(data, max_pixels=max_pixels, where=where), size, params, out)
 
 
+def train_sample(
+    data: bytes,
+    size: int,
+    rng: random.Random,
+    out: torch.Tensor | None = None,
+    *,
+    partial: bool = PARTIAL_DECODE,
+    where: str = "",
+) -> torch.Tensor:
+    """Decode + train augmentation of one image's bytes, any format: for a JPEG the crop is
+    drawn from its header and only the crop decoded (``decode_train``); otherwise
+    ``train_augment(decode_rgb(data))``. The same draws from ``rng`` and the same pixels
+    either way."""
+    if partial and is_jpeg(data):
+        width, height = header_size(data, where=where)
+        return decode_train(data, size, train_params(height, width, rng), out, where=where)
+    return train_augment(decode_rgb(data, where=where), size, rng, out)
+
+
 def train_augment(
     img: torch.Tensor, size: int, rng: random.Random, out: torch.Tensor | None = None
 ) -> torch.Tensor:

@@ -24,13 +24,11 @@ import torch
 from loaders.decode import (
     IMAGE_EXTENSIONS,
     decode_rgb,
-    decode_train,
     eval_augment,
     header_size,
-    is_jpeg,
     normalize_into,
-    train_augment,
     train_params,
+    train_sample,
 )
 from loaders.plan import (
     Item,
@@ -428,18 +426,13 @@ class BatchAssembler:
             data, ext = _image_part(loc)
             label = _label(loc)
             where = f"{loc.url}: sample {loc.sample.key!r}"
-            if self.spec.train and self.spec.transform is None and is_jpeg(data):
-                # the crop is drawn from the header, so only the crop needs decoding
-                width, height = header_size(data, where=where)
-                params = train_params(height, width, self._rng(loc))
-                out = decode_train(data, self.spec.image_size, params, self._dest, where=where)
-                return out, label
+            if self.spec.train and self.spec.transform is None:
+                # a JPEG's crop is drawn from its header, so only the crop is decoded
+                size, rng = self.spec.image_size, self._rng(loc)
+                return train_sample(data, size, rng, self._dest, where=where), label
             img = decode_rgb(data, ext, where=where)
             if self.spec.transform is not None:
                 return self.spec.transform(img), label
-            if self.spec.train:
-                out = train_augment(img, self.spec.image_size, self._rng(loc), self._dest)
-                return out, label
             return eval_augment(img, self.spec.image_size), label
         except WdsToolError:
             raise

@@ -242,3 +242,17 @@ def test_mutated_files_never_get_a_different_verdict() -> None:
         whole = decode_rgb(bytes(data), where=f"mutation {i}")  # must not raise
         assert torch.equal(whole[:, top : top + ch, left : left + cw], crop), i
     assert min(outcomes.values()) > 100, outcomes
+
+
+@needs_ext
+def test_train_sample_draws_and_pixels_match_the_whole_path() -> None:
+    """train_sample (what the loader, the ceiling and webdataset-fast run) == train_augment of
+    the whole decode: same RNG draws, same pixels; PNGs go the whole way."""
+    png = io.BytesIO()
+    _noise(90, 70, 4).save(png, "PNG")
+    for data in (_jpeg(150, 110, "420", seed=4), _jpeg(150, 110, "progressive"), png.getvalue()):
+        a, b = random.Random(9), random.Random(9)
+        for _ in range(10):
+            got = decode.train_sample(data, 48, a, partial=True)
+            assert torch.equal(got, decode.train_augment(decode_rgb(data), 48, b))
+        assert a.random() == b.random()  # the same number of draws
