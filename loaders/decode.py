@@ -295,7 +295,8 @@ def train_sample(
     either way."""
     if partial and is_jpeg(data):
         width, height = header_size(data, where=where)
-        return decode_train(data, size, train_params(height, width, rng), out, where=where)
+        params = train_params(height, width, rng)
+        return decode_train(data, size, params, out, partial=True, where=where)
     return train_augment(decode_rgb(data, where=where), size, rng, out)
 
 
