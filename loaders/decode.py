@@ -210,31 +210,19 @@ def apply_train(
     crop = img[:, top : top + h, left : left + w]
     if (
         out is not None
-        and not flip
         and _AA_OUT is not None
+        and (_FLIP_OUT is not None or not flip)
         and crop.device.type == "cpu"
         and out.dtype == crop.dtype
     ):
+        # flipped: resize into a scratch laid out as ``out``, then flip into the slot (for a
+        # channels-last slot the resize writes packed pixels, ~79 us; resizing to [3,S,S]
+        # and flipping across layouts would cost ~214 us in all)
+        target = torch.empty_like(out) if flip else out
         try:
-            _AA_OUT(crop.unsqueeze(0), [size, size], False, out=out.unsqueeze(0))
-            return out
-        except (RuntimeError, TypeError):
-            pass
-    if (
-        out is not None
-        and flip
-        and _AA_OUT is not None
-        and _FLIP_OUT is not None
-        and crop.device.type == "cpu"
-        and out.dtype == crop.dtype
-    ):
-        # resize into a scratch laid out as ``out`` (a channels-last slot: the resize writes
-        # packed pixels, ~79 us; flipping from a [3,S,S] result into it would cost ~214 us
-        # in all), then flip into the slot
-        scratch = torch.empty_like(out)
-        try:
-            _AA_OUT(crop.unsqueeze(0), [size, size], False, out=scratch.unsqueeze(0))
-            _FLIP_OUT(scratch, [-1], out=out)
+            _AA_OUT(crop.unsqueeze(0), [size, size], False, out=target.unsqueeze(0))
+            if flip:
+                _FLIP_OUT(target, [-1], out=out)
             return out
         except (RuntimeError, TypeError):
             pass
