@@ -1,4 +1,4 @@
-"""The one compiled part: loaders/_jpegcrop.c (partial JPEG decode with libjpeg-turbo).
+"""The one compiled part: wdstool/format/_jpegcrop.c (partial JPEG decode with libjpeg-turbo).
 
 It is optional: where no C compiler or libjpeg headers are found (Debian/Ubuntu:
 ``apt install libjpeg-dev``) the build goes on without it and the loaders decode whole images
@@ -11,8 +11,8 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "loaders._jpegcrop",
-            ["loaders/_jpegcrop.c"],
+            "wdstool.format._jpegcrop",
+            ["wdstool/format/_jpegcrop.c"],
             libraries=["jpeg"],
             extra_compile_args=["-O2"],
             optional=True,

@@ -29,7 +29,7 @@ def run(loader) -> tuple[float, float]:
 
 def main() -> None:
     from loaders import make_loader
-    from loaders.baselines import imagefolder_loader
+    from loaders.bench.baselines import imagefolder_loader
 
     ap = argparse.ArgumentParser()
     ap.add_argument("shards")

@@ -66,7 +66,7 @@ def empty_task_cost(n: int = 2000) -> float:
 
 def s3_leg(src: str, max_count: int) -> dict:
     from tests.countproxy import CountingProxy
-    from wdstool.locals3 import LocalS3
+    from wdstool.base.locals3 import LocalS3
 
     with LocalS3() as s3:
         s3.make_bucket("bench")

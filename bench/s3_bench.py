@@ -111,7 +111,7 @@ def cpu_costs(s3, s3_url: str, local_path: str, options: dict) -> dict[str, floa
 def main() -> None:
     import fsspec
 
-    from wdstool.locals3 import LocalS3
+    from wdstool.base.locals3 import LocalS3
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("shards")

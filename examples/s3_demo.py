@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 
 from loaders import make_loader
-from wdstool.locals3 import LocalS3
+from wdstool.base.locals3 import LocalS3
 
 
 @contextlib.contextmanager
@@ -34,7 +34,7 @@ def s3_endpoint() -> Iterator[str]:
 def ensure_bucket(bucket: str) -> None:
     import botocore.exceptions
 
-    from wdstool.storage import s3_client
+    from wdstool.base.s3 import s3_client
 
     client = s3_client()
     try:

@@ -32,7 +32,7 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
-from wdstool.errors import StorageError
+from wdstool.base.errors import StorageError
 
 log = logging.getLogger(__name__)
 WORK = ".work"  # locks and partial downloads, outside the entries' tree

@@ -21,14 +21,8 @@ from typing import Any
 import torch
 from torchvision.io import ImageReadMode, decode_image, decode_jpeg
 
-from loaders.decode import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-    apply_train,
-    eval_augment,
-    is_jpeg,
-    normalize,
-)
+from loaders.augment import IMAGENET_MEAN, IMAGENET_STD, apply_train, eval_augment, normalize
+from wdstool.format.images import is_jpeg
 
 
 def split_encoded(batch: dict[str, Any]) -> list[torch.Tensor]:

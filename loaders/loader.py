@@ -33,8 +33,8 @@ from loaders.stream import (
     worker_stream,
 )
 from loaders.topology import Topology, cores_per_rank, detect_topology
-from wdstool.errors import ConfigError
-from wdstool.storage import DEFAULT_RETRY, RetryPolicy
+from wdstool.base.errors import ConfigError
+from wdstool.base.retry import DEFAULT_RETRY, RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -477,7 +477,7 @@ def make_loader(
     (``endpoint_url``, ``key``/``secret``/``token``, ``profile``, ``anon``, ``client_kwargs``,
     ``config_kwargs``); the usual AWS variables apply. Each shard is one streaming GET, resumed
     at the byte offset already read after a dropped connection, timeout, 5xx or throttling
-    (``retry``: a :class:`wdstool.storage.RetryPolicy`). ``cache_dir`` keeps a local copy of
+    (``retry``: a :class:`wdstool.base.retry.RetryPolicy`). ``cache_dir`` keeps a local copy of
     every shard read (``cache_limit``: bytes or "50GB", least recently used evicted), shared
     safely by all workers and ranks on the host.
     """

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from wdstool.errors import ConfigError
+from wdstool.base.errors import ConfigError
 
 
 class Uneven(StrEnum):

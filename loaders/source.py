@@ -3,7 +3,7 @@
 Everything the loader needs before it reads data is resolved here once, in the main process:
 the shard URLs, their sample counts and an identity of the dataset. Shards are opened by
 :class:`ShardAccess`: local paths directly, ``s3://`` as one streaming GET per shard with
-Range-resume retries (``loaders.remote``), other fsspec URLs through the same retrying reader,
+Range-resume retries (``wdstool.base.remote``), other fsspec URLs through the same retrying reader,
 optionally through a local cache (``loaders.cache``).
 """
 
@@ -20,15 +20,15 @@ from typing import Any, BinaryIO
 import braceexpand
 
 from loaders.cache import ShardCache
-from loaders.remote import open_remote
-from loaders.tario import count_samples
-from shard_writer.manifest import load_manifest, resolve_shard_url
-from wdstool.errors import ConfigError, ShardError, StorageError
-from wdstool.params import parse_size
-from wdstool.storage import DEFAULT_RETRY, RetryPolicy, is_remote, local_path, redact
+from wdstool.base.errors import ConfigError, ShardError
+from wdstool.base.params import parse_size
+from wdstool.base.remote import open_shard
+from wdstool.base.retry import DEFAULT_RETRY, RetryPolicy
+from wdstool.base.urls import is_remote
+from wdstool.format.manifest import load_manifest, resolve_shard_url
+from wdstool.format.tar_read import count_samples
 
 log = logging.getLogger(__name__)
-READ_BUFFER = 1 << 20
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,33 +149,14 @@ class ShardAccess:
         sha256: str | None = None,
         stats: dict[str, int] | None = None,
     ) -> BinaryIO:
-        """Open a shard for sequential reading from byte 0; errors name the URL."""
-        if not is_remote(url):
-            try:
-                return open(local_path(url), "rb", buffering=READ_BUFFER)
-            except FileNotFoundError:
-                raise ShardError(f"{url}: shard not found") from None
-            except PermissionError as exc:
-                raise StorageError(f"{url}: access denied: {exc.strerror}") from None
-            except OSError as exc:
-                raise StorageError(f"{url}: cannot open shard: {exc.strerror or exc}") from None
+        """Open a shard for sequential reading from byte 0 (through the cache, when it has
+        one and the shard is remote); errors name the URL."""
 
         def reopen() -> BinaryIO:
-            return open_remote(url, self.storage_options, retry=self.retry, size=size, stats=stats)
+            return open_shard(url, self.storage_options, retry=self.retry, size=size, stats=stats)
 
-        try:
-            remote = reopen()  # no request yet: readers open their GET lazily
-        except (ShardError, StorageError):
-            raise
-        except Exception as exc:  # bad options, unknown protocol, ...
-            message = redact(f"{url}: cannot open shard: {exc}", self.storage_options)
-            raise StorageError(message) from None
-        if self.cache_dir is None:
-            return remote
+        f = reopen()  # remote shards: no request yet, readers open their GET lazily
+        if self.cache_dir is None or not is_remote(url):
+            return f
         cache = ShardCache(self.cache_dir, self.cache_limit)
-        return cache.open(url, remote, reopen=reopen, version=sha256, size=size)
-
-
-def open_shard(url: str, storage_options: dict[str, Any] | None = None) -> BinaryIO:
-    """Open a shard for sequential reading (no cache, default retries); errors name the URL."""
-    return ShardAccess(storage_options=storage_options).open(url)
+        return cache.open(url, f, reopen=reopen, version=sha256, size=size)

@@ -21,15 +21,7 @@ from typing import Any
 
 import torch
 
-from loaders.decode import (
-    IMAGE_EXTENSIONS,
-    decode_rgb,
-    eval_augment,
-    header_size,
-    normalize_into,
-    train_params,
-    train_sample,
-)
+from loaders.augment import eval_augment, normalize_into, train_params, train_sample
 from loaders.plan import (
     Item,
     Slice,
@@ -41,12 +33,13 @@ from loaders.plan import (
     take_items,
 )
 from loaders.source import DatasetIndex, ShardAccess
-from loaders.tario import Sample, TarSampleReader
-from wdstool.errors import SampleError, ShardError, WdsToolError
+from wdstool.base.errors import SampleError, ShardError, WdsToolError
+from wdstool.format.decode import decode_rgb, header_size
+from wdstool.format.images import IMAGE_EXTENSIONS, IMAGE_ORDER
+from wdstool.format.tar_read import Sample, TarSampleReader
 
 log = logging.getLogger(__name__)
 KEPT_EXTENSIONS = frozenset(IMAGE_EXTENSIONS | {"cls", "json", "txt"})
-_IMAGE_ORDER = ("jpg", "jpeg", "png", "webp", "bmp", "ppm", "pgm", "tif", "tiff", "gif")
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +224,7 @@ class DecodeSpec:
 
 def _image_part(loc: Located) -> tuple[bytes, str]:
     parts = loc.sample.parts
-    for ext in _IMAGE_ORDER:
+    for ext in IMAGE_ORDER:
         if ext in parts:
             return parts[ext], ext
     raise SampleError(f"{loc.url}: sample {loc.sample.key!r} has no image member")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from wdstool.errors import ConfigError
+from wdstool.base.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ final name (an object store's PUT is atomic; multipart above 100 MiB), then chec
 and on S3 its ETag against the MD5 (single PUT) or multipart MD5 computed locally, so a corrupted
 upload is caught. Either way no incomplete file ever sits under a final name.
 
-Remote operations are retried (``wdstool.storage.RetryPolicy``) on transient errors; the rest
+Remote operations are retried (``wdstool.base.retry.RetryPolicy``) on transient errors; the rest
 (missing bucket, denied access, rejected credentials, unreachable endpoint) become one-line
 DestinationError/StorageError messages that name the URL and never contain credentials.
 """
@@ -22,17 +22,11 @@ import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from wdstool.errors import DestinationError, StorageError, WdsToolError
-from wdstool.storage import (
-    DEFAULT_RETRY,
-    cached_s3_client,
-    describe,
-    filesystem,
-    is_retryable,
-    is_s3,
-    redact,
-    split_s3,
-)
+from wdstool.base.credentials import redact
+from wdstool.base.errors import DestinationError, StorageError, WdsToolError
+from wdstool.base.retry import DEFAULT_RETRY, describe, is_retryable
+from wdstool.base.s3 import cached_s3_client, filesystem
+from wdstool.base.urls import is_s3, split_s3
 
 T = TypeVar("T")
 STATE_DIR = ".wdstool-pack"

@@ -10,23 +10,11 @@ from __future__ import annotations
 
 import io
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from PIL import Image, UnidentifiedImageError
 
-# PIL format name -> tar member extension
-FORMAT_EXT = {
-    "JPEG": "jpg",
-    "MPO": "jpg",  # multi-picture JPEG from cameras: plain JPEG data first
-    "PNG": "png",
-    "WEBP": "webp",
-    "BMP": "bmp",
-    "PPM": "ppm",
-    "TIFF": "tiff",
-    "GIF": "gif",
-}
-MAX_PIXELS = 89_478_485  # PIL's own decompression-bomb limit
+from wdstool.format.images import FORMAT_EXT, MAX_PIXELS, end_problem, fast_header
 
 
 class BadImage(Exception):
@@ -42,63 +30,10 @@ class PreparedImage:
     fmt: str
 
 
-def _jpeg_segments(data: bytes) -> Iterator[tuple[int, int]]:
-    """(marker, offset) of each JPEG segment up to the first scan (SOS), walking by length so
-    that nothing inside a segment (an EXIF thumbnail and its markers) is mistaken for one.
-    Stops early where the structure is broken."""
-    pos, n = 2, len(data)
-    while pos + 4 <= n:
-        if data[pos] != 0xFF:
-            return
-        marker = data[pos + 1]
-        if marker == 0xFF:  # fill byte
-            pos += 1
-            continue
-        yield marker, pos
-        if marker in (0xD9, 0xDA):
-            return
-        if marker in (0x01, *range(0xD0, 0xD8)):
-            pos += 2
-            continue
-        pos += 2 + int.from_bytes(data[pos + 2 : pos + 4], "big")
-
-
-def jpeg_scan_offset(data: bytes) -> int:
-    """Offset of the main image's first SOS marker (2 if not found)."""
-    return next((pos for marker, pos in _jpeg_segments(data) if marker == 0xDA), 2)
-
-
-_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
-
-
-def jpeg_size(data: bytes) -> tuple[int, int] | None:
-    """(width, height) from a JPEG's frame header; None if no frame header precedes the scan."""
-    for marker, pos in _jpeg_segments(data):
-        if marker in _SOF and pos + 9 <= len(data):
-            height = int.from_bytes(data[pos + 5 : pos + 7], "big")
-            width = int.from_bytes(data[pos + 7 : pos + 9], "big")
-            return width, height
-    return None
-
-
-def _fast_header(data: bytes) -> tuple[str, int, int] | None:
-    """(format, width, height) for well-formed JPEG and PNG headers without PIL (~50x faster);
-    None sends the bytes to PIL, which gives the precise error for anything unusual."""
-    if data[:3] == b"\xff\xd8\xff":
-        size = jpeg_size(data)
-        if size is not None and size[0] > 0 and size[1] > 0:
-            return "JPEG", size[0], size[1]
-        return None
-    if data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR" and len(data) >= 33:
-        return "PNG", int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
-    return None
-
-
 def _check_end(data: bytes, fmt: str) -> None:
-    if fmt in ("JPEG", "MPO") and data.rfind(b"\xff\xd9", jpeg_scan_offset(data)) == -1:
-        raise BadImage("truncated JPEG: no end-of-image marker")
-    if fmt == "PNG" and data.rfind(b"IEND", 8) == -1:
-        raise BadImage("truncated PNG: no IEND chunk")
+    why = end_problem(data, fmt)
+    if why:
+        raise BadImage(why)
 
 
 def prepare_image(
@@ -114,7 +49,7 @@ def prepare_image(
     fast = (
         None
         if (verify_decode or max_side is not None or quality is not None)
-        else _fast_header(data)
+        else fast_header(data)
     )
     if fast is not None:
         fmt, width, height = fast

@@ -14,19 +14,14 @@ from dataclasses import dataclass
 
 from shard_writer.probe import ImageInfo
 from shard_writer.scan import SourceFile
-from wdstool.errors import ConfigError
+from wdstool.base.errors import ConfigError
+from wdstool.format.tar_write import BLOCK, END, member_bytes
 
-BLOCK = 512
-END_OF_ARCHIVE = 2 * BLOCK
+END_OF_ARCHIVE = len(END)
 _KEY_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 # The .json member (relative path, class, width, height, format) fits one block unless the path
 # is long; this bound is what the layout reserves for it.
 _JSON_OVERHEAD = 128
-
-
-def member_bytes(payload: int) -> int:
-    """Bytes a tar member with ``payload`` bytes of data takes: header + data padded to blocks."""
-    return BLOCK + -(-payload // BLOCK) * BLOCK
 
 
 def json_bound(relpath: str, class_name: str) -> int:

@@ -24,7 +24,6 @@ from typing import Any
 
 from shard_writer.dest import STATE_DIR, Destination
 from shard_writer.layout import LayoutOptions, ShardSpec, plan_layout
-from shard_writer.manifest import MANIFEST_NAME, ShardEntry, build_manifest, parse_manifest
 from shard_writer.probe import EncodeOptions, probe_files
 from shard_writer.scan import Scan, scan_imagefolder
 from shard_writer.write import (
@@ -35,8 +34,9 @@ from shard_writer.write import (
     marker_name,
     write_shard,
 )
-from wdstool.errors import ConfigError, DestinationError, InputError, ShardError
-from wdstool.storage import is_remote, local_path
+from wdstool.base.errors import ConfigError, DestinationError, InputError, ShardError
+from wdstool.base.urls import is_remote, local_path
+from wdstool.format.manifest import MANIFEST_NAME, ShardEntry, build_manifest, parse_manifest
 
 log = logging.getLogger(__name__)
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from shard_writer import sources
 from shard_writer.image import BadImage, PreparedImage, prepare_image
 from shard_writer.scan import Scan, Skipped, SourceFile, printable
-from wdstool.errors import InputError
-from wdstool.storage import is_remote
+from wdstool.base.errors import InputError
+from wdstool.base.urls import is_remote
 
 _CHUNK = 128
 _TAIL = 4096

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future
 from typing import Any
 
-from wdstool.errors import ConfigError, WdsToolError
+from wdstool.base.errors import ConfigError, WdsToolError
 
 log = logging.getLogger(__name__)
 INSTALL_HINT = "--engine ray needs Ray: pip install 'wdstool[ray]'"

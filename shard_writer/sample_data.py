@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageEnhance
 
-from wdstool.errors import ConfigError, DestinationError, InputError
+from wdstool.base.errors import ConfigError, DestinationError, InputError
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ import os
 from dataclasses import dataclass
 
 from shard_writer import sources
-from wdstool.errors import InputError
-from wdstool.storage import is_remote, local_path
+from wdstool.base.errors import InputError
+from wdstool.base.urls import is_remote, local_path
 
 # torchvision.datasets.folder.IMG_EXTENSIONS
 IMG_EXTENSIONS: tuple[str, ...] = (

@@ -4,7 +4,7 @@ A cluster pack reads its images from where every node can reach them. The tree i
 by the driver with a recursive listing (on S3 one ListObjectsV2 page per 1,000 keys, no request
 per "folder"); samples are read by the tasks with ranged GETs (the probe reads the header and
 the tail of each image, the shard writer the whole object). Every remote call is retried with
-:class:`wdstool.storage.RetryPolicy`; what is left is a one-line error naming the URL.
+:class:`wdstool.base.retry.RetryPolicy`; what is left is a one-line error naming the URL.
 
 A local SRC (a path or ``file://``) never comes here: :mod:`shard_writer.scan` walks it with
 ``os.walk`` exactly as torchvision does, and the listing below reproduces that order, so the
@@ -16,17 +16,11 @@ from __future__ import annotations
 import posixpath
 from typing import Any
 
-from wdstool.errors import InputError, StorageError
-from wdstool.storage import (
-    DEFAULT_RETRY,
-    _error_code,
-    cached_s3_client,
-    describe,
-    filesystem,
-    is_s3,
-    redact,
-    split_s3,
-)
+from wdstool.base.credentials import redact
+from wdstool.base.errors import InputError, StorageError
+from wdstool.base.retry import DEFAULT_RETRY, describe, error_code
+from wdstool.base.s3 import cached_s3_client, filesystem
+from wdstool.base.urls import is_s3, split_s3
 
 
 class Missing(Exception):
@@ -123,7 +117,7 @@ def read_range(
             try:
                 resp = cached_s3_client(storage_options).get_object(Bucket=bucket, Key=key, **kw)
             except Exception as exc:
-                if _error_code(exc)[0] in ("NoSuchKey", "404", "NotFound"):
+                if error_code(exc)[0] in ("NoSuchKey", "404", "NotFound"):
                     raise Missing(url) from None
                 raise
             return resp["Body"].read()

@@ -6,12 +6,11 @@ import hashlib
 from collections.abc import Callable
 from typing import Any
 
-from loaders.source import open_shard
-from loaders.tario import TarSampleReader
-from shard_writer.manifest import Manifest, load_manifest, manifest_url_for, resolve_shard_url
-from wdstool.errors import ShardError, WdsToolError
-
-IMAGE_EXTS = frozenset({"jpg", "jpeg", "png", "webp", "bmp", "ppm", "pgm", "tif", "tiff", "gif"})
+from wdstool.base.errors import ShardError, WdsToolError
+from wdstool.base.remote import open_shard
+from wdstool.format.images import IMAGE_EXTENSIONS
+from wdstool.format.manifest import Manifest, load_manifest, manifest_url_for, resolve_shard_url
+from wdstool.format.tar_read import TarSampleReader
 
 
 class _HashingReader:
@@ -66,7 +65,7 @@ def inspect_dataset(source: str, *, nkeys: int = 5, storage_options: dict | None
 
 
 def _check_sample(sample: Any, url: str, nclasses: int, decode: bool) -> None:
-    images = [e for e in sample.parts if e in IMAGE_EXTS]
+    images = [e for e in sample.parts if e in IMAGE_EXTENSIONS]
     if len(images) != 1:
         raise ShardError(
             f"{url}: sample {sample.key!r} has {len(images)} image members, expected 1"
@@ -83,7 +82,7 @@ def _check_sample(sample: Any, url: str, nclasses: int, decode: bool) -> None:
     if nclasses and not 0 <= label < nclasses:
         raise ShardError(f"{url}: sample {sample.key!r} label {label} outside 0..{nclasses - 1}")
     if decode:
-        from loaders.decode import decode_rgb
+        from wdstool.format.decode import decode_rgb
 
         try:
             decode_rgb(sample.parts[images[0]], images[0])

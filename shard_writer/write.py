@@ -23,8 +23,8 @@ from shard_writer.image import BadImage
 from shard_writer.layout import ShardSpec
 from shard_writer.probe import EncodeOptions, payload_for
 from shard_writer.scan import printable
-from shard_writer.tarformat import END, write_member
-from wdstool.errors import DestinationError, InputError
+from wdstool.base.errors import DestinationError, InputError
+from wdstool.format.tar_write import END, write_member
 
 
 class OnError(StrEnum):

@@ -92,7 +92,7 @@ def dir_bytes(path: Path) -> dict[str, bytes]:
 @pytest.fixture(scope="session")
 def s3_server():
     """moto's S3 server on 127.0.0.1 (a free port), in its own process, for the whole session."""
-    from wdstool.locals3 import LocalS3
+    from wdstool.base.locals3 import LocalS3
 
     with LocalS3() as s3:
         yield s3

@@ -18,7 +18,7 @@ from shard_writer.pack import PackOptions, pack
 from tests.conftest import REPO, dir_bytes, make_tree, run_cli
 from tests.faults.conftest import runs
 from tests.shard_writer.test_resume import kill_mid_pack
-from wdstool.errors import InputError
+from wdstool.base.errors import InputError
 
 pytestmark = pytest.mark.slow
 ARGS = ("--max-count", "6", "--workers", "2")

@@ -19,7 +19,7 @@ from shard_writer.pack import PackOptions, pack
 from shard_writer.verify import inspect_dataset, verify_dataset
 from tests.conftest import jpeg_bytes, make_tree, run_cli
 from tests.faults.conftest import runs
-from wdstool.errors import WdsToolError
+from wdstool.base.errors import WdsToolError
 
 
 @pytest.fixture(scope="module")

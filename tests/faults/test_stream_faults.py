@@ -19,13 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loaders import RetryPolicy, make_loader
-from loaders.tario import TarSampleReader
-from shard_writer.manifest import parse_manifest
 from shard_writer.pack import PackOptions, pack
 from tests.conftest import make_tree, run_cli
 from tests.faultproxy import FaultProxy
 from tests.faults.conftest import Recorder, runs
-from wdstool.errors import ShardError, WdsToolError
+from wdstool.base.errors import ShardError, WdsToolError
+from wdstool.format.manifest import parse_manifest
+from wdstool.format.tar_read import TarSampleReader
 
 
 @pytest.fixture(scope="module")

@@ -10,16 +10,16 @@ import torch
 from PIL import Image
 from torchvision.transforms import v2
 
-from loaders.decode import (
+from loaders.augment import (
     IMAGENET_MEAN,
     IMAGENET_STD,
-    decode_rgb,
     eval_augment,
     normalize,
     random_resized_crop_params,
     train_augment,
 )
-from wdstool.errors import SampleError
+from wdstool.base.errors import SampleError
+from wdstool.format.decode import decode_rgb
 
 
 def encode(img: Image.Image, fmt: str, **kw) -> bytes:
@@ -101,7 +101,7 @@ def test_normalize_matches_reference() -> None:
 
 
 def test_normalize_into_equals_normalize() -> None:
-    from loaders.decode import normalize, normalize_into
+    from loaders.augment import normalize, normalize_into
 
     x = torch.randint(0, 256, (2, 3, 5, 7), dtype=torch.uint8)
     out = torch.empty(x.shape, dtype=torch.float32)
@@ -112,7 +112,7 @@ def test_normalize_into_equals_normalize() -> None:
 def test_direct_resize_kernel_equals_torchvision_resize() -> None:
     import torchvision.transforms.v2.functional as F
 
-    from loaders.decode import _resize_aa
+    from loaders.augment import _resize_aa
 
     gen = torch.Generator().manual_seed(0)
     img = torch.randint(0, 256, (3, 97, 131), dtype=torch.uint8, generator=gen)

@@ -12,7 +12,7 @@ from loaders import DeviceDecoder, make_loader, normalize
 from loaders.device import split_encoded
 from shard_writer.pack import PackOptions, pack
 from tests.conftest import make_tree, png_bytes
-from wdstool.errors import ConfigError, ShardError
+from wdstool.base.errors import ConfigError, ShardError
 
 pytestmark = pytest.mark.slow
 

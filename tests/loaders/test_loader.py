@@ -12,7 +12,7 @@ import torch
 from loaders import make_loader, normalize
 from loaders.plan import plan_epoch
 from tests.loaders.conftest import shard_keys
-from wdstool.errors import ConfigError, ShardError
+from wdstool.base.errors import ConfigError, ShardError
 
 
 def planned_keys(

@@ -11,7 +11,7 @@ import pytest
 from loaders.plan import Slice
 from loaders.source import DatasetIndex, ShardAccess
 from loaders.stream import read_slices
-from wdstool.errors import ShardError
+from wdstool.base.errors import ShardError
 
 
 class _Recording(ShardAccess):

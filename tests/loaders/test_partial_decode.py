@@ -1,4 +1,4 @@
-"""Partial JPEG decode (loaders/_jpegcrop.c): the pixels of a whole-image decode, for every
+"""Partial JPEG decode (wdstool/format/_jpegcrop.c): the pixels of a whole-image decode, for every
 kind of JPEG the encoders here write, and the same verdict on broken files."""
 
 from __future__ import annotations
@@ -16,19 +16,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-import loaders.decode as decode
-from loaders.decode import (
-    apply_train,
-    decode_crop,
-    decode_rgb,
-    decode_train,
-    header_size,
-    train_params,
-)
-from wdstool.errors import SampleError
+import wdstool.format.decode as decode
+from loaders.augment import apply_train, decode_train, train_augment, train_params, train_sample
+from wdstool.base.errors import SampleError
+from wdstool.format.decode import decode_crop, decode_rgb, header_size
 
 needs_ext = pytest.mark.skipif(
-    decode._jpegcrop is None, reason="loaders/_jpegcrop not built (no C compiler or libjpeg-dev)"
+    decode._jpegcrop is None,
+    reason="wdstool/format/_jpegcrop not built (no C compiler or libjpeg-dev)",
 )
 
 
@@ -253,6 +248,6 @@ def test_train_sample_draws_and_pixels_match_the_whole_path() -> None:
     for data in (_jpeg(150, 110, "420", seed=4), _jpeg(150, 110, "progressive"), png.getvalue()):
         a, b = random.Random(9), random.Random(9)
         for _ in range(10):
-            got = decode.train_sample(data, 48, a, partial=True)
-            assert torch.equal(got, decode.train_augment(decode_rgb(data), 48, b))
+            got = train_sample(data, 48, a, partial=True)
+            assert torch.equal(got, train_augment(decode_rgb(data), 48, b))
         assert a.random() == b.random()  # the same number of draws

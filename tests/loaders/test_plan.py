@@ -11,7 +11,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from loaders.plan import RankPlan, Slice, num_batches, plan_epoch, samples_per_rank
-from wdstool.errors import ConfigError
+from wdstool.base.errors import ConfigError
 
 
 def delivered(plan: RankPlan) -> list[list[tuple[int, int]]]:

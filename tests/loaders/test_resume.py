@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from loaders import make_loader
-from wdstool.errors import ConfigError
+from wdstool.base.errors import ConfigError
 
 
 def _loader(ds: Path, *, workers: int, shuffle: bool = True, rank=0, world=1, batch=4, **kw):

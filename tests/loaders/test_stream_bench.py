@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
-from loaders.baselines import imagefolder_loader, webdataset_loader
-from loaders.stream_bench import BenchConfig, run_stream_bench
+from loaders.bench.baselines import imagefolder_loader, webdataset_loader
+from loaders.bench.run import BenchConfig, run_stream_bench
 from tests.conftest import run_cli
 from tests.loaders.conftest import shard_keys
 
@@ -73,7 +73,7 @@ def test_cli_json_has_every_field_and_sweep_runs(uneven_dataset: Path, tmp_path:
     one_worker = [x for x in report["runs"] if x["workers"] == 1]
     assert all(x["peak_rss_workers_mb"] > 0 for x in one_worker)
     assert set(report["ceiling"]) == {"0", "1"} and report["summary"][0]["efficiency"] > 0
-    from loaders.decode import PARTIAL_DECODE
+    from wdstool.format.decode import PARTIAL_DECODE
 
     assert report["decoder"] == ("partial" if PARTIAL_DECODE else "whole")
     if PARTIAL_DECODE:  # the whole-image ceiling beside the loader's own

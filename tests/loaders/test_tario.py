@@ -12,9 +12,9 @@ import webdataset as wds
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loaders.tario import TarSampleReader, count_samples
 from tests.conftest import jpeg_bytes
-from wdstool.errors import ShardError
+from wdstool.base.errors import ShardError
+from wdstool.format.tar_read import TarSampleReader, count_samples
 
 
 def build_tar(

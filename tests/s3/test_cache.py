@@ -169,17 +169,17 @@ def test_many_processes_share_one_cache(objects, s3_server, tmp_path) -> None:
 
 def _fill_slowly(options: dict, cache_dir: str, url: str, ready) -> None:
     import loaders.cache
-    import loaders.remote
+    import wdstool.base.remote
 
     # a slow network: 64 KB every 0.2 s
     loaders.cache.FILL_CHUNK = 64 * 1024
-    read = loaders.remote.RangeReader.readinto
+    read = wdstool.base.remote.RangeReader.readinto
 
     def slow_readinto(self, b):
         time.sleep(0.2)
         return read(self, b)
 
-    loaders.remote.RangeReader.readinto = slow_readinto
+    wdstool.base.remote.RangeReader.readinto = slow_readinto
     access = ShardAccess(storage_options=options, cache_dir=cache_dir)
     with access.open(url) as f:
         f.read(300_000)

@@ -15,7 +15,7 @@ import pytest
 
 from shard_writer.dest import ETagHasher
 from tests.conftest import REPO, dir_bytes, make_tree, run_cli
-from wdstool.locals3 import LocalS3
+from wdstool.base.locals3 import LocalS3
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,8 @@ from loaders import make_loader
 from shard_writer.pack import PackOptions, pack
 from tests.conftest import make_tree
 from tests.faultproxy import FaultProxy
-from wdstool.errors import StorageError
-from wdstool.storage import RetryPolicy
+from wdstool.base.errors import StorageError
+from wdstool.base.retry import RetryPolicy
 
 FAST_RETRY = RetryPolicy(attempts=6, base_delay=0.01, max_delay=0.05)
 

@@ -13,7 +13,7 @@ import webdataset as wds
 
 from shard_writer.pack import PackOptions, pack
 from tests.conftest import dir_bytes, jpeg_bytes, make_tree, run_cli
-from wdstool.errors import ConfigError, DestinationError, InputError
+from wdstool.base.errors import ConfigError, DestinationError, InputError
 
 
 def _manifest(dest: Path) -> dict:

@@ -11,7 +11,7 @@ from PIL import Image
 
 from shard_writer.sample_data import generate_sample_data
 from tests.conftest import run_cli
-from wdstool.errors import ConfigError, DestinationError
+from wdstool.base.errors import ConfigError, DestinationError
 
 
 def digests(root: Path) -> dict[str, str]:

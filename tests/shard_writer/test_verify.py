@@ -10,7 +10,7 @@ import pytest
 from shard_writer.pack import PackOptions, pack
 from shard_writer.verify import inspect_dataset, verify_dataset
 from tests.conftest import run_cli
-from wdstool.errors import ShardError
+from wdstool.base.errors import ShardError
 
 
 @pytest.fixture

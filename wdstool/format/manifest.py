@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from wdstool.errors import ShardError
+from wdstool.base.errors import ShardError
 
 MANIFEST_NAME = "index.json"
 FORMAT = "wdstool-manifest"
@@ -182,7 +182,7 @@ def load_manifest(
     source: str, storage_options: dict[str, Any] | None = None
 ) -> tuple[Manifest, str]:
     """Read and validate the manifest of ``source``; return it and its base URL."""
-    from wdstool.storage import read_object
+    from wdstool.base.s3 import read_object
 
     url = manifest_url_for(source)
     try:

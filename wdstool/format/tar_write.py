@@ -49,6 +49,11 @@ def padding(size: int) -> bytes:
     return _ZEROS[: -size % BLOCK]
 
 
+def member_bytes(payload: int) -> int:
+    """Bytes a member with ``payload`` bytes of data takes: header + data padded to blocks."""
+    return BLOCK + -(-payload // BLOCK) * BLOCK
+
+
 def write_member(write: Callable[[bytes], object], name: str, data: bytes) -> int:
     """Write one member through ``write``; return the bytes written."""
     hdr = header(name, len(data))

@@ -1,137 +1,30 @@
-"""Image decode and augmentation, producing uint8 CHW tensors.
+"""Augmentation of decoded images, uint8 CHW: the train crop/resize/flip and the eval transform.
 
-JPEG goes through libjpeg-turbo (``torchvision.io.decode_jpeg``), PNG/WEBP/GIF through
-``torchvision.io.decode_image``, anything else through PIL. Declared dimensions are checked
-before any full decode (decompression bombs). The train augmentation of a JPEG decodes only
-its crop where the partial decoder (``loaders/_jpegcrop.c``) is built: the same pixels.
-Augmentation uses an explicit ``random.Random``
-(never torch's global RNG), so a worker's output is a pure function of its seeds.
-Normalization belongs on the training device: ``normalize`` takes uint8 batches there.
+The train augmentation's draws come from an explicit ``random.Random`` (never torch's global
+RNG), so a worker's output is a pure function of its seeds; they can be drawn from the image
+header alone (:func:`train_params`), so that only the crop of a JPEG is decoded
+(:func:`train_sample`: the same pixels as decoding the whole image). Normalization belongs on
+the training device: :func:`normalize` takes uint8 batches there.
 """
 
 from __future__ import annotations
 
-import io
 import math
-import os
 import random
-import warnings
 
 import torch
-from PIL import Image
-from torchvision.io import ImageReadMode, decode_image, decode_jpeg
 from torchvision.transforms.v2 import functional as F
 
-from shard_writer.image import jpeg_size
-from wdstool.errors import SampleError
-
-try:
-    from loaders import _jpegcrop
-except ImportError:  # built without a C compiler or libjpeg headers: whole-image decode
-    _jpegcrop = None
+from wdstool.format.decode import (
+    PARTIAL_DECODE,
+    decode_crop,
+    decode_rgb,
+    header_size,
+)
+from wdstool.format.images import MAX_PIXELS, is_jpeg
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-IMAGE_EXTENSIONS: frozenset[str] = frozenset(
-    {"jpg", "jpeg", "png", "webp", "bmp", "ppm", "pgm", "tif", "tiff", "gif"}
-)
-MAX_PIXELS = 89_478_485
-# torchvision 0.29 warns on every decode call that its codecs are deprecated in favour of
-# TorchCodec; the functions still work and are what we measured. Silence exactly that warning.
-warnings.filterwarnings("ignore", message=r"The image decoding and encoding capabilities")
-# WDSTOOL_PARTIAL_DECODE=0 turns the partial decoder off (diagnosis, benchmarks)
-PARTIAL_DECODE = _jpegcrop is not None and os.environ.get("WDSTOOL_PARTIAL_DECODE", "1") != "0"
-# decode only reads the bytes: torch.frombuffer over immutable bytes is safe here
-warnings.filterwarnings("ignore", message=r"The given buffer is not writable")
-
-
-def _kind(data: bytes) -> str:
-    if data[:3] == b"\xff\xd8\xff":
-        return "jpeg"
-    if data[:8] == b"\x89PNG\r\n\x1a\n":
-        return "png"
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "webp"
-    if data[:4] in (b"GIF8",):
-        return "gif"
-    return "other"
-
-
-def _fail(where: str, why: str) -> SampleError:
-    return SampleError(f"{where}: {why}" if where else why)
-
-
-def _check_pixels(width: int, height: int, max_pixels: int, where: str) -> None:
-    if width <= 0 or height <= 0:
-        raise _fail(where, f"invalid image size {width}x{height}")
-    if width * height > max_pixels:
-        raise _fail(where, f"image too large: {width}x{height} pixels (limit {max_pixels})")
-
-
-def _pil_decode(data: bytes, max_pixels: int, where: str) -> torch.Tensor:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            img = Image.open(io.BytesIO(data))
-            _check_pixels(img.width, img.height, max_pixels, where)
-            img = img.convert("RGB")
-    except SampleError:
-        raise
-    except Exception as exc:
-        raise _fail(where, f"cannot decode image: {type(exc).__name__}: {exc}") from None
-    return (
-        torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8)
-        .view(img.height, img.width, 3)
-        .permute(2, 0, 1)
-    )
-
-
-def header_size(data: bytes, *, max_pixels: int = MAX_PIXELS, where: str = "") -> tuple[int, int]:
-    """(width, height) from the image header, without decoding, checked against
-    ``max_pixels`` (decompression bombs); SampleError naming ``where`` otherwise."""
-    if not data:
-        raise _fail(where, "empty image member")
-    if _kind(data) == "jpeg":
-        size = jpeg_size(data)
-        if size is None:
-            raise _fail(where, "corrupt JPEG: no frame header")
-    else:
-        try:
-            with Image.open(io.BytesIO(data)) as probe:
-                size = probe.size
-        except Exception as exc:
-            raise _fail(where, f"cannot read image header: {exc}") from None
-    _check_pixels(*size, max_pixels, where)
-    return size
-
-
-def is_jpeg(data: bytes) -> bool:
-    return _kind(data) == "jpeg"
-
-
-def decode_rgb(
-    data: bytes, ext: str = "", *, max_pixels: int = MAX_PIXELS, where: str = ""
-) -> torch.Tensor:
-    """Decode image bytes to a uint8 RGB tensor [3,H,W]; the format comes from the bytes."""
-    if not data:
-        raise _fail(where, "empty image member")
-    kind = _kind(data)
-    try:
-        if kind == "jpeg":
-            header_size(data, max_pixels=max_pixels, where=where)
-            return decode_jpeg(torch.frombuffer(data, dtype=torch.uint8), mode=ImageReadMode.RGB)
-        if kind in ("png", "webp", "gif"):
-            with Image.open(io.BytesIO(data)) as probe:  # header only: dimensions
-                _check_pixels(probe.width, probe.height, max_pixels, where)
-            img = decode_image(torch.frombuffer(data, dtype=torch.uint8), mode=ImageReadMode.RGB)
-            return img[0] if img.ndim == 4 else img  # GIF: first frame
-    except SampleError:
-        raise
-    except Exception as exc:  # torchvision raises RuntimeError; PIL a zoo of errors
-        if kind == "jpeg":
-            raise _fail(where, f"cannot decode JPEG: {exc}") from None
-        return _pil_decode(data, max_pixels, where)
-    return _pil_decode(data, max_pixels, where)
 
 
 def random_resized_crop_params(
@@ -228,24 +121,6 @@ def apply_train(
             pass
     resized = _resize_aa(crop, size)
     return _into(resized.flip(-1) if flip else resized, out)
-
-
-def decode_crop(data: bytes, top: int, left: int, h: int, w: int) -> torch.Tensor | None:
-    """The [3,h,w] uint8 rectangle of a JPEG, decoding only what it needs (rows above it are
-    skipped, columns outside a band around it and rows below it never decoded); the pixels a
-    whole-image ``decode_rgb`` has there. None where this decoder is not built or not to be
-    trusted with the image (CMYK, a libjpeg error or warning, no end-of-image marker at the
-    end): decode it whole instead, which also gives the error message. The end check keeps a
-    truncated file rejected, as the whole-image decoder rejects it, even when the cut lies
-    below the rectangle."""
-    if _jpegcrop is None or not data.endswith(b"\xff\xd9"):
-        return None
-    out = torch.empty((h, w, 3), dtype=torch.uint8)
-    try:
-        done = _jpegcrop.decode_crop(data, left, top, w, h, out.numpy())
-    except ValueError:
-        return None
-    return out.permute(2, 0, 1) if done else None
 
 
 def decode_train(

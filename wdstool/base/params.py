@@ -63,3 +63,23 @@ class ByteSize(click.ParamType):
 
 
 BYTE_SIZE = ByteSize()
+
+
+class WorkerList(click.ParamType):
+    """'2' or '0,1,2,4': the worker counts to sweep."""
+
+    name = "list"
+
+    def convert(self, value, param, ctx):  # type: ignore[override]
+        if isinstance(value, tuple):
+            return value
+        try:
+            counts = tuple(int(v) for v in str(value).split(",") if v.strip())
+        except ValueError:
+            self.fail(f"{value!r} is not a comma-separated list of integers", param, ctx)
+        if not counts or min(counts) < 0:
+            self.fail(f"{value!r}: worker counts must be >= 0", param, ctx)
+        return counts
+
+
+WORKER_LIST = WorkerList()

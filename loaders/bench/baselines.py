@@ -22,8 +22,9 @@ from typing import Any
 
 import torch
 
-from loaders.source import DatasetIndex, open_shard
-from loaders.tario import TarSampleReader
+from loaders.source import DatasetIndex
+from wdstool.base.remote import open_shard
+from wdstool.format.tar_read import TarSampleReader
 
 
 def classic_train_transform(image_size: int) -> Any:
@@ -103,7 +104,7 @@ class _FastAugment:
         self.rng: random.Random | None = None
 
     def __call__(self, data: bytes) -> torch.Tensor:
-        from loaders.decode import train_sample
+        from loaders.augment import train_sample
 
         if self.rng is None:
             self.rng = random.Random()
@@ -114,7 +115,7 @@ def _ceiling_worker(
     args: tuple[list[bytes], int, bool, bool, bool, int, Any],
 ) -> tuple[int, float]:
     images, size, as_float, partial, channels_last, seed, barrier = args
-    from loaders.decode import normalize, train_sample
+    from loaders.augment import normalize, train_sample
 
     torch.set_num_threads(1)  # as in a DataLoader worker: one thread per process
     rng = random.Random(seed)
@@ -146,7 +147,7 @@ def ceiling(
     ``partial``: decode only the crop of JPEGs (default: as the loader does, see
     ``decode.PARTIAL_DECODE``); False: whole images, as before the partial decoder.
     ``channels_last``: resize into a slot laid out as the loader's ``channels_last`` batches."""
-    from loaders.decode import PARTIAL_DECODE
+    from wdstool.format.decode import PARTIAL_DECODE
 
     partial = PARTIAL_DECODE if partial is None else partial
     images: list[bytes] = []

@@ -1,4 +1,4 @@
-"""Sequential reads of remote shards: one streaming GET per shard, resumed where it broke.
+"""Sequential reads of shards, local or remote: one streaming GET per shard, resumed where it broke.
 
 Measured on this machine against moto's S3 server on loopback (``bench/s3_bench.py``): a single
 streaming GET read in 1 MB pieces delivers ~1.1 GB/s, the same GET read in 512-byte pieces
@@ -25,21 +25,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol
 
-from wdstool.errors import ShardError, StorageError
-from wdstool.storage import (
-    DEFAULT_RETRY,
-    RetryPolicy,
-    TransientError,
-    cached_s3_client,
-    describe,
-    is_retryable,
-    is_s3,
-    redact,
-    split_s3,
-)
+from wdstool.base.credentials import redact
+from wdstool.base.errors import ShardError, StorageError
+from wdstool.base.retry import DEFAULT_RETRY, RetryPolicy, TransientError, describe, is_retryable
+from wdstool.base.s3 import cached_s3_client
+from wdstool.base.urls import is_remote, is_s3, local_path, split_s3
 
 log = logging.getLogger(__name__)
 BUFFER = 1 << 20
+LOCAL_BUFFER = 1 << 20
 SEEK_BY_READING = 4 << 20  # forward seeks up to this are read through; longer ones re-open
 
 
@@ -282,3 +276,30 @@ def open_remote(
     opener = s3_opener(url, storage_options) if is_s3(url) else fsspec_opener(url, storage_options)
     raw = RangeReader(url, opener, retry=retry, size=size, stats=stats)
     return io.BufferedReader(raw, buffer_size=BUFFER)  # type: ignore[return-value]
+
+
+def open_shard(
+    url: str,
+    storage_options: dict[str, Any] | None = None,
+    *,
+    retry: RetryPolicy = DEFAULT_RETRY,
+    size: int | None = None,
+    stats: dict[str, int] | None = None,
+) -> BinaryIO:
+    """Open a shard for sequential reading from byte 0: a local file, or :func:`open_remote`
+    (no request is sent before the first read). Errors are one line naming the URL."""
+    if not is_remote(url):
+        try:
+            return open(local_path(url), "rb", buffering=LOCAL_BUFFER)
+        except FileNotFoundError:
+            raise ShardError(f"{url}: shard not found") from None
+        except PermissionError as exc:
+            raise StorageError(f"{url}: access denied: {exc.strerror}") from None
+        except OSError as exc:
+            raise StorageError(f"{url}: cannot open shard: {exc.strerror or exc}") from None
+    try:
+        return open_remote(url, storage_options, retry=retry, size=size, stats=stats)
+    except (ShardError, StorageError):
+        raise
+    except Exception as exc:  # bad options, unknown protocol, ...
+        raise StorageError(redact(f"{url}: cannot open shard: {exc}", storage_options)) from None

@@ -8,7 +8,7 @@ chosen by the kernel; ``LocalS3`` starts it, waits until it answers, and stops i
         storage_options = s3.storage_options  # endpoint_url + dummy credentials
         s3.make_bucket("data")
 
-``python -m wdstool.locals3`` runs one in the foreground and prints its endpoint. Needs the
+``python -m wdstool.base.locals3`` runs one in the foreground and prints its endpoint. Needs the
 ``dev`` extra (``moto[server]``).
 """
 
@@ -86,7 +86,7 @@ class LocalS3:
 
     def start(self) -> LocalS3:
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "wdstool.locals3", "--child"],
+            [sys.executable, "-m", "wdstool.base.locals3", "--child"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

@@ -14,16 +14,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from loaders.baselines import (
+from loaders.bench.baselines import (
     ceiling,
     imagefolder_loader,
     webdataset_loader,
 )
-from loaders.bench import RunResult, measure, recommend
-from loaders.decode import PARTIAL_DECODE
+from loaders.bench.measure import RunResult, measure, recommend
 from loaders.loader import make_loader
 from loaders.source import resolve_source
-from wdstool.errors import ConfigError, WdsToolError
+from wdstool.base.errors import ConfigError, WdsToolError
+from wdstool.format.decode import PARTIAL_DECODE
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -239,7 +239,7 @@ def run_stream_bench(
 
 def _avg_bytes(cfg: BenchConfig) -> float:
     """Average compressed bytes per sample (from the manifest's shard sizes)."""
-    from shard_writer.manifest import load_manifest
+    from wdstool.format.manifest import load_manifest
 
     try:
         manifest, _ = load_manifest(cfg.source, cfg.storage_options)
@@ -321,7 +321,7 @@ def _report(
         "summary": summary,
         "ratios": ratios,
         "ceiling": {str(w): c for w, c in ceilings.items()},
-        # train JPEGs: only the crop decoded (loaders/_jpegcrop.c), or whole images
+        # train JPEGs: only the crop decoded (wdstool/format/_jpegcrop.c), or whole images
         "decoder": "partial" if PARTIAL_DECODE else "whole",
         "recommendation": recommend(runs) if len(set(cfg.workers)) > 1 else {},
         "interrupted": interrupted,

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from wdstool.errors import ShardError
+from wdstool.base.errors import ShardError
 
 log = logging.getLogger(__name__)
 BLOCK = 512

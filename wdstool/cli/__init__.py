@@ -1,0 +1,58 @@
+"""The ``wdstool`` command line: thin click commands over the library, one module per command.
+
+Each command parses its options, calls one library function and renders the result. Domain
+errors are WdsToolError (click exceptions): one line on stderr, non-zero exit.
+Machine-readable output (``--json``) goes to stdout; progress and chatter go to stderr.
+Nothing imports this package: it is the top layer (see the README, "How the code is laid out").
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from wdstool import __version__
+from wdstool.base.credentials import ScrubbingFilter
+from wdstool.cli.inspect import inspect_cmd, verify_cmd
+from wdstool.cli.pack import pack_cmd
+from wdstool.cli.sample_data import sample_data_cmd
+from wdstool.cli.stream_bench import stream_bench_cmd
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="wdstool")
+@click.option(
+    "-v",
+    "--verbose",
+    count=True,
+    help="More log output on stderr (-vv debug, -vvv also SDK/HTTP internals; "
+    "credentials are always scrubbed).",
+)
+def cli(verbose: int) -> None:
+    """Pack image datasets into WebDataset shards and stream them into PyTorch.
+
+    \b
+    Typical use:
+      wdstool sample-data data/images --images 2000 --classes 10
+      wdstool pack data/images data/shards --max-count 1000
+      wdstool inspect data/shards
+      wdstool verify data/shards
+    """
+    level = logging.WARNING - 10 * min(verbose, 2)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("wdstool: %(levelname)s: %(message)s"))
+    handler.addFilter(ScrubbingFilter())  # credentials never reach a log line
+    logging.basicConfig(level=level, handlers=[handler])
+    if verbose < 3:  # SDK and HTTP internals only with -vvv
+        for name in ("botocore", "aiobotocore", "urllib3", "s3fs", "fsspec", "aiohttp"):
+            logging.getLogger(name).setLevel(max(level, logging.INFO))
+
+
+for command in (sample_data_cmd, pack_cmd, inspect_cmd, verify_cmd, stream_bench_cmd):
+    cli.add_command(command)
+
+
+def main() -> None:
+    cli(prog_name="wdstool")

@@ -1,0 +1,101 @@
+"""``wdstool inspect`` and ``wdstool verify``: read a packed dataset back."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from wdstool.base.params import format_size
+from wdstool.cli.common import emit_json, progress_enabled, storage_options_from_cli
+
+
+@click.command("inspect")
+@click.argument("source", type=str)
+@click.option(
+    "--keys",
+    "nkeys",
+    type=click.IntRange(min=0),
+    default=5,
+    show_default=True,
+    help="How many sample keys to show.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON on stdout.")
+@storage_options_from_cli
+def inspect_cmd(
+    source: str, nkeys: int, as_json: bool, storage_options: dict[str, Any] | None
+) -> None:
+    """Show the shards, samples, classes and sizes of a packed dataset.
+
+    SOURCE is a folder or prefix holding index.json, or the manifest's own path/URL.
+    """
+    from shard_writer.verify import inspect_dataset
+
+    info = inspect_dataset(source, nkeys=nkeys, storage_options=storage_options)
+    if as_json:
+        emit_json(info)
+        return
+    click.echo(f"dataset   {info['manifest']}")
+    click.echo(
+        f"shards    {info['num_shards']}  (samples per shard: min {info['min_samples']}, "
+        f"max {info['max_samples']})"
+    )
+    click.echo(f"samples   {info['num_samples']}")
+    click.echo(f"bytes     {format_size(info['total_bytes'])}")
+    click.echo(
+        f"classes   {len(info['classes'])}: {', '.join(info['classes'][:10])}"
+        + (" ..." if len(info["classes"]) > 10 else "")
+    )
+    click.echo(f"skipped   {len(info['skipped'])} inputs at pack time")
+    for s in info["shards"][:5]:
+        click.echo(
+            f"  {s['url']}  {s['nsamples']} samples  {format_size(s['filesize'])}  "
+            f"sha256 {s['sha256'][:12]}"
+        )
+    if len(info["shards"]) > 5:
+        click.echo(f"  ... {len(info['shards']) - 5} more shards")
+    if info["sample_keys"]:
+        click.echo("first keys: " + ", ".join(info["sample_keys"]))
+
+
+@click.command("verify")
+@click.argument("source", type=str)
+@click.option("--decode", is_flag=True, help="Also decode every image.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+@storage_options_from_cli
+def verify_cmd(
+    source: str, decode: bool, as_json: bool, quiet: bool, storage_options: dict[str, Any] | None
+) -> None:
+    """Re-read every shard and check it against index.json.
+
+    Checks sizes, sha256, tar structure, member layout (KEY.<image>, KEY.cls) and sample counts;
+    with --decode every image is decoded. Exits non-zero naming the first bad shard.
+    """
+    from tqdm import tqdm
+
+    from shard_writer.verify import verify_dataset
+
+    bar = tqdm(
+        total=None,
+        unit="B",
+        unit_scale=True,
+        disable=not progress_enabled(quiet),
+        file=sys.stderr,
+        desc="verify",
+    )
+    try:
+        report = verify_dataset(
+            source, decode=decode, on_bytes=bar.update, storage_options=storage_options
+        )
+    finally:
+        bar.close()
+    if as_json:
+        emit_json(report)
+    else:
+        click.echo(
+            f"ok: {report['num_shards']} shards, {report['num_samples']} samples, "
+            f"{format_size(report['total_bytes'])} verified"
+            + (" (images decoded)" if decode else "")
+        )

@@ -1,0 +1,190 @@
+"""``wdstool stream-bench``: how fast the loaders deliver, against peers and the ceiling."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from wdstool.base.params import BYTE_SIZE, WORKER_LIST
+from wdstool.cli.common import progress_enabled, storage_options_from_cli
+
+
+@click.command("stream-bench")
+@click.argument("source", type=str)
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option(
+    "--workers",
+    type=WORKER_LIST,
+    default="2",
+    show_default=True,
+    help="DataLoader workers; a list (0,1,2,4) runs a sweep.",
+)
+@click.option("--prefetch-factor", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--image-size", type=click.IntRange(min=8), default=224, show_default=True)
+@click.option("--output", type=click.Choice(["uint8", "float"]), default="uint8", show_default=True)
+@click.option(
+    "--channels-last",
+    is_flag=True,
+    help="Batches in channels-last memory (make_loader(channels_last=True)), as channels-last "
+    "models take them.",
+)
+@click.option(
+    "--batches",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Batches per run [default: whole epochs].",
+)
+@click.option("--epochs", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--warmup",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Batches after the first one that are not timed.",
+)
+@click.option(
+    "--world-size",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Measure one rank's share of a job of this size.",
+)
+@click.option("--rank", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option(
+    "--step-ms",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Simulate a training step of this many ms per batch (a sleep) and report "
+    "the share of time it waited for data (GPU idle %).",
+)
+@click.option(
+    "--compare",
+    multiple=True,
+    metavar="imagefolder=PATH|webdataset|webdataset-fast",
+    help="Baselines run interleaved with the loader: torchvision ImageFolder + PIL on "
+    "the source images; a plain upstream webdataset pipeline (PIL) on the same shards; or "
+    "webdataset-fast: that pipeline given wdstool's decoder and augmentation.",
+)
+@click.option(
+    "--ceiling",
+    "with_ceiling",
+    is_flag=True,
+    help="Also measure decode + augmentation alone in as many processes as workers (the "
+    "loader's own per-sample work; with the partial JPEG decoder also the whole-image figure).",
+)
+@click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Keep a local copy of remote shards here (shared by workers and ranks).",
+)
+@click.option(
+    "--cache-limit", type=BYTE_SIZE, default=None, help="Evict least recently used beyond this."
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write every figure and the configuration here.",
+)
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write a PNG: throughput vs workers and the wait-time histogram.",
+)
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+@storage_options_from_cli
+def stream_bench_cmd(
+    source: str,
+    batch_size: int,
+    workers: tuple[int, ...],
+    prefetch_factor: int,
+    image_size: int,
+    output: str,
+    channels_last: bool,
+    batches: int | None,
+    epochs: int,
+    warmup: int,
+    world_size: int,
+    rank: int,
+    step_ms: float,
+    compare: tuple[str, ...],
+    with_ceiling: bool,
+    repeats: int,
+    cache_dir: str | None,
+    cache_limit: int | None,
+    storage_options: dict[str, Any] | None,
+    json_path: str | None,
+    plot_path: str | None,
+    quiet: bool,
+) -> None:
+    """Measure how fast the loader delivers batches from SOURCE, as a training loop feels it.
+
+    Reports samples/s, MB/s (compressed), time to first batch, per-batch wait percentiles and
+    spikes, idle share under a simulated step, CPU use and peak RSS, against baselines and the
+    machine's decode+augment ceiling. Runs are interleaved and repeated; ratios are pairwise.
+    """
+    from tqdm import tqdm
+
+    from loaders.bench.report import plot, render_text
+    from loaders.bench.run import BenchConfig, run_stream_bench
+    from wdstool.base.errors import ConfigError
+
+    imagefolder, webdataset, webdataset_fast = None, False, False
+    for item in compare:
+        if item == "webdataset":
+            webdataset = True
+        elif item == "webdataset-fast":
+            webdataset_fast = True
+        elif item.startswith("imagefolder="):
+            imagefolder = item.split("=", 1)[1]
+        else:
+            raise ConfigError(
+                f"--compare {item!r}: use imagefolder=PATH, webdataset or webdataset-fast"
+            )
+    cfg = BenchConfig(
+        source=source,
+        batch_size=batch_size,
+        workers=workers,
+        prefetch_factor=prefetch_factor,
+        image_size=image_size,
+        output=output,
+        channels_last=channels_last,
+        batches=batches,
+        epochs=epochs,
+        warmup=warmup,
+        world_size=world_size,
+        rank=rank,
+        step_ms=step_ms,
+        imagefolder=imagefolder,
+        webdataset=webdataset,
+        webdataset_fast=webdataset_fast,
+        with_ceiling=with_ceiling,
+        repeats=repeats,
+        storage_options=storage_options,
+        cache_dir=cache_dir,
+        cache_limit=cache_limit,
+    )
+    bar = tqdm(unit="batch", disable=not progress_enabled(quiet), file=sys.stderr, desc="bench")
+
+    def on_run(r) -> None:
+        bar.set_postfix_str(f"last: {r.name} w={r.workers} {r.samples_per_s:.0f}/s", refresh=False)
+
+    try:
+        report = run_stream_bench(cfg, on_batch=bar.update, on_run=on_run)
+    finally:
+        bar.close()
+    click.echo("\n".join(render_text(report)))
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(report, f, indent=1)
+    if plot_path:
+        plot(report, plot_path)

@@ -1,0 +1,106 @@
+"""Image members: which extensions are images, and what their headers say, without decoding.
+
+Both sides read images through here: ``pack`` checks a source image's header and end marker
+before it goes into a shard, the loaders draw a crop from a JPEG's frame header before decoding
+only that crop, and ``verify`` judges members by the same extensions. Pure byte parsing (no
+PIL, no torch): pixel decoding lives in :mod:`wdstool.format.decode`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+# member extensions that hold an image, in the order a sample's image is chosen among them
+IMAGE_ORDER = ("jpg", "jpeg", "png", "webp", "bmp", "ppm", "pgm", "tif", "tiff", "gif")
+IMAGE_EXTENSIONS: frozenset[str] = frozenset(IMAGE_ORDER)
+# PIL format name -> tar member extension
+FORMAT_EXT = {
+    "JPEG": "jpg",
+    "MPO": "jpg",  # multi-picture JPEG from cameras: plain JPEG data first
+    "PNG": "png",
+    "WEBP": "webp",
+    "BMP": "bmp",
+    "PPM": "ppm",
+    "TIFF": "tiff",
+    "GIF": "gif",
+}
+MAX_PIXELS = 89_478_485  # PIL's own decompression-bomb limit
+
+
+def kind(data: bytes) -> str:
+    """ "jpeg", "png", "webp", "gif" or "other", from the leading bytes (never the name)."""
+    if data[:3] == b"\xff\xd8\xff":
+        return "jpeg"
+    if data[:8] == b"\x89PNG\r\n\x1a\n":
+        return "png"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp"
+    if data[:4] in (b"GIF8",):
+        return "gif"
+    return "other"
+
+
+def is_jpeg(data: bytes) -> bool:
+    return data[:3] == b"\xff\xd8\xff"
+
+
+def _jpeg_segments(data: bytes) -> Iterator[tuple[int, int]]:
+    """(marker, offset) of each JPEG segment up to the first scan (SOS), walking by length so
+    that nothing inside a segment (an EXIF thumbnail and its markers) is mistaken for one.
+    Stops early where the structure is broken."""
+    pos, n = 2, len(data)
+    while pos + 4 <= n:
+        if data[pos] != 0xFF:
+            return
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        yield marker, pos
+        if marker in (0xD9, 0xDA):
+            return
+        if marker in (0x01, *range(0xD0, 0xD8)):
+            pos += 2
+            continue
+        pos += 2 + int.from_bytes(data[pos + 2 : pos + 4], "big")
+
+
+def jpeg_scan_offset(data: bytes) -> int:
+    """Offset of the main image's first SOS marker (2 if not found)."""
+    return next((pos for marker, pos in _jpeg_segments(data) if marker == 0xDA), 2)
+
+
+_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+
+
+def jpeg_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) from a JPEG's frame header; None if no frame header precedes the scan."""
+    for marker, pos in _jpeg_segments(data):
+        if marker in _SOF and pos + 9 <= len(data):
+            height = int.from_bytes(data[pos + 5 : pos + 7], "big")
+            width = int.from_bytes(data[pos + 7 : pos + 9], "big")
+            return width, height
+    return None
+
+
+def fast_header(data: bytes) -> tuple[str, int, int] | None:
+    """(format, width, height) for well-formed JPEG and PNG headers without PIL (~50x faster);
+    None sends the bytes to PIL, which gives the precise error for anything unusual."""
+    if data[:3] == b"\xff\xd8\xff":
+        size = jpeg_size(data)
+        if size is not None and size[0] > 0 and size[1] > 0:
+            return "JPEG", size[0], size[1]
+        return None
+    if data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR" and len(data) >= 33:
+        return "PNG", int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    return None
+
+
+def end_problem(data: bytes, fmt: str) -> str | None:
+    """Why the image bytes of PIL format ``fmt`` look cut short (no JPEG end-of-image marker
+    after the first scan, no PNG IEND chunk), or None."""
+    if fmt in ("JPEG", "MPO") and data.rfind(b"\xff\xd9", jpeg_scan_offset(data)) == -1:
+        return "truncated JPEG: no end-of-image marker"
+    if fmt == "PNG" and data.rfind(b"IEND", 8) == -1:
+        return "truncated PNG: no IEND chunk"
+    return None
