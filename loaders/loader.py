@@ -1,226 +1,33 @@
-"""``make_loader``: the epoch plan + the worker stream, wired into a torch DataLoader.
+"""``make_loader``: the dataset wired into a torch DataLoader, and the loader users iterate.
 
 The DataLoader runs with ``batch_size=None``: each worker yields whole batches planned so that
-every rank gets exactly ``len(loader)`` batches. The epoch lives in shared memory so that
-``set_epoch`` reaches persistent workers.
+every rank gets exactly ``len(loader)`` batches. :class:`StreamingLoader` resolves pooled
+batches, recycles their buffers, and saves and restores the epoch (``loaders.state``).
 """
 
 from __future__ import annotations
 
 import gc
 import logging
-import multiprocessing as mp
 import os
 import signal
 import weakref
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from torch.utils.data import DataLoader
 
-from loaders.plan import RankPlan, Segment, Uneven, num_batches, plan_epoch, plan_resumed
-from loaders.source import DatasetIndex, ShardAccess, resolve_source
-from loaders.stream import (
-    BatchAssembler,
-    BufferPool,
-    DecodeSpec,
-    Pooled,
-    SharedPool,
-    shard_reader,
-    worker_stream,
-)
+from loaders.config import LoaderConfig
+from loaders.dataset import ShardStreamDataset
+from loaders.pool import Pooled
+from loaders.source import ShardAccess, resolve_source
+from loaders.state import restore_state, save_state
 from loaders.topology import Topology, cores_per_rank, detect_topology
 from wdstool.base.errors import ConfigError
 from wdstool.base.retry import DEFAULT_RETRY, RetryPolicy
 
 log = logging.getLogger(__name__)
-
-
-class Output(StrEnum):
-    UINT8 = "uint8"
-    FLOAT = "float"
-    ENCODED = "encoded"  # compressed bytes + augmentation draws, for loaders.DeviceDecoder
-
-
-class OnError(StrEnum):
-    RAISE = "raise"
-    SKIP = "skip"
-
-
-@dataclass(frozen=True, kw_only=True)
-class LoaderConfig:
-    batch_size: int = 64
-    image_size: int = 224
-    train: bool = True
-    shuffle: bool = True
-    shuffle_buffer: int = 2000
-    seed: int = 0
-    num_workers: int = 0
-    uneven: Uneven = Uneven.PAD
-    drop_last: bool = False
-    output: Output = Output.UINT8
-    on_error: OnError = OnError.RAISE
-    channels_last: bool = False
-
-    def __post_init__(self) -> None:
-        for name in ("uneven", "output", "on_error"):
-            enum = {"uneven": Uneven, "output": Output, "on_error": OnError}[name]
-            value = getattr(self, name)
-            try:
-                object.__setattr__(self, name, enum(value))
-            except ValueError:
-                choices = ", ".join(repr(e.value) for e in enum)
-                raise ConfigError(f"{name}={value!r} is not one of {choices}") from None
-        if self.batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.image_size < 8:
-            raise ConfigError(f"image_size must be >= 8, got {self.image_size}")
-        if self.shuffle_buffer < 0:
-            raise ConfigError(f"shuffle_buffer must be >= 0, got {self.shuffle_buffer}")
-        if self.num_workers < 0:
-            raise ConfigError(f"num_workers must be >= 0, got {self.num_workers}")
-
-
-class ShardStreamDataset(IterableDataset):
-    """Yields this rank's batches for the current epoch; one worker's share in each worker."""
-
-    def __init__(
-        self,
-        index: DatasetIndex,
-        config: LoaderConfig,
-        topology: Topology,
-        *,
-        transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
-        access: ShardAccess | None = None,
-    ) -> None:
-        self.index = index
-        self.config = config
-        self.topology = topology
-        self.transform = transform
-        self.access = access or ShardAccess()
-        # shared with (persistent) workers: [epoch]
-        self._shared = mp.get_context().RawArray("q", 1)
-        # batch buffer slots per worker: 1 = the main process is done with it (BufferPool)
-        self._pool_flags = mp.get_context().RawArray("b", max(1, config.num_workers) * POOL_SLOTS)
-        self._pool: BufferPool | None = None
-        # batch buffers the main process owns and the workers write (see SharedPool)
-        self._shared_pool: SharedPool | None = None
-        if config.num_workers > 0 and transform is None and config.output != Output.ENCODED:
-            dtype = torch.float32 if config.output == Output.FLOAT else torch.uint8
-            self._shared_pool = SharedPool(
-                config.num_workers * POOL_SLOTS,
-                config.batch_size,
-                config.image_size,
-                dtype,
-                config.channels_last,
-            )
-        # set by StreamingLoader.load_state_dict before workers start
-        self.resume: Resume | None = None
-        self._resumed_plan: tuple[Resume, RankPlan] | None = None
-        self._len = num_batches(
-            index.num_samples,
-            world_size=topology.world_size,
-            batch_size=config.batch_size,
-            uneven=config.uneven,
-            drop_last=config.drop_last,
-        )
-
-    @property
-    def epoch(self) -> int:
-        return int(self._shared[0])
-
-    def set_epoch(self, epoch: int) -> None:
-        if epoch < 0:
-            raise ConfigError(f"epoch must be >= 0, got {epoch}")
-        self._shared[0] = epoch
-
-    def __len__(self) -> int:
-        if self.resume is not None and self.resume.epoch == self.epoch:
-            return self.plan().remaining_batches
-        return self._len
-
-    def _worker_pool(self, worker: int) -> BufferPool:
-        if self._pool is None:  # one per worker process, kept across epochs
-            self._pool = BufferPool(
-                self._pool_flags, worker * POOL_SLOTS, POOL_SLOTS, self._shared_pool
-            )
-        return self._pool
-
-    def plan(self, epoch: int | None = None) -> RankPlan:
-        c = self.config
-        epoch = self.epoch if epoch is None else epoch
-        args = dict(
-            seed=c.seed,
-            epoch=epoch,
-            rank=self.topology.rank,
-            world_size=self.topology.world_size,
-            num_workers=c.num_workers,
-            batch_size=c.batch_size,
-            shuffle=c.shuffle,
-            uneven=c.uneven,
-            drop_last=c.drop_last,
-        )
-        resume = self.resume
-        if resume is None or resume.epoch != epoch:
-            return plan_epoch(self.index.sizes, **args)  # type: ignore[arg-type]
-        if self._resumed_plan is None or self._resumed_plan[0] != resume:
-            plan = plan_resumed(
-                self.index.sizes,
-                resume.history,
-                shuffle_buffer=c.shuffle_buffer,
-                **args,  # type: ignore[arg-type]
-            )
-            self._resumed_plan = (resume, plan)
-        return self._resumed_plan[1]
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        info = get_worker_info()
-        worker = info.id if info is not None else 0
-        nworkers = info.num_workers if info is not None else 0
-        if nworkers != self.config.num_workers:
-            raise ConfigError(
-                f"dataset planned for {self.config.num_workers} workers but runs in a DataLoader "
-                f"with {nworkers}; build the DataLoader with make_loader()"
-            )
-        c = self.config
-        plan = self.plan()
-        wplan = plan.workers[(worker + plan.rotation) % len(plan.workers)]
-        samples = worker_stream(
-            wplan,
-            shard_reader(self.index, self.access),
-            shuffle_buffer=c.shuffle_buffer if c.shuffle else 0,
-            batch_size=c.batch_size,
-        )
-        assembler = BatchAssembler(
-            DecodeSpec(
-                image_size=c.image_size,
-                train=c.train,
-                output=c.output.value,
-                transform=self.transform,
-                on_error=c.on_error.value,
-                channels_last=c.channels_last,
-            ),
-            f"aug:{c.seed}:{self.epoch}",
-            shared=info is not None,
-            pool=self._worker_pool(worker) if info is not None else None,
-        )
-        yield from assembler.batches(samples, wplan, c.batch_size)
-
-
-@dataclass(frozen=True)
-class Resume:
-    """Where an interrupted epoch stopped: the segments it ran (topology and batches each)."""
-
-    epoch: int
-    history: tuple[Segment, ...]
-
-
-STATE_FORMAT = "wdstool.loader-state"
-POOL_SLOTS = 8  # reusable batch buffers per worker (prefetch_factor 4 + batches in flight)
-STATE_VERSION = 1
 
 
 class StreamingLoader:
@@ -311,107 +118,20 @@ class StreamingLoader:
             self._outstanding.append((weakref.ref(pixels), slot))
 
     # --- resume --------------------------------------------------------------------------
-    def _segment(self, batches: int) -> Segment:
-        c, t = self.config, self.topology
-        return Segment(t.world_size, c.num_workers, c.batch_size, batches)
-
     def state_dict(self) -> dict[str, Any]:
         """A small JSON-serialisable dict: epoch, batches delivered this epoch on this rank, the
         topology (and those of earlier segments of this epoch), seed, the data set's identity.
         Save it on every rank at the same step (as DDP training does)."""
-        c = self.config
-        ds = self.dataset
-        resume = ds.resume if ds.resume is not None and ds.resume.epoch == ds.epoch else None
-        if resume is None:
-            history: list[Segment] = [self._segment(self.batches_delivered)]
-        else:
-            plan = ds.plan()
-            history = list(resume.history)
-            here = self._segment(0)
-            last = history[-1]
-            if (last.world_size, last.num_workers, last.batch_size) == (
-                here.world_size,
-                here.num_workers,
-                here.batch_size,
-            ):
-                history[-1] = self._segment(plan.resume_at + self.batches_delivered)
-            else:
-                history.append(self._segment(self.batches_delivered))
-        return {
-            "format": STATE_FORMAT,
-            "version": STATE_VERSION,
-            "dataset": ds.index.identity,
-            "num_samples": ds.index.num_samples,
-            "epoch": ds.epoch,
-            "rank": self.topology.rank,
-            "batches": history[-1].batches,
-            "seed": c.seed,
-            "shuffle": c.shuffle,
-            "shuffle_buffer": c.shuffle_buffer,
-            "uneven": c.uneven.value,
-            "drop_last": c.drop_last,
-            "segments": [
-                {
-                    "world_size": g.world_size,
-                    "num_workers": g.num_workers,
-                    "batch_size": g.batch_size,
-                    "batches": g.batches,
-                }
-                for g in history
-            ],
-        }
+        return save_state(self.dataset, self.batches_delivered)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue the epoch ``state`` was saved in; call before iterating. Raises ConfigError
         for a state of another data set, another version, or other shuffle settings."""
-        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-            raise ConfigError("not a wdstool loader state (missing 'format')")
-        if state.get("version") != STATE_VERSION:
-            raise ConfigError(
-                f"loader state version {state.get('version')!r} is not supported "
-                f"(this wdstool reads version {STATE_VERSION})"
-            )
-        ds, c = self.dataset, self.config
-        if state.get("dataset") != ds.index.identity:
-            raise ConfigError(
-                "the loader state belongs to another data set (manifest identity "
-                f"{str(state.get('dataset'))[:12]}..., this one {ds.index.identity[:12]}...); "
-                "refusing to restart from zero silently"
-            )
-        for key, mine in (
-            ("seed", c.seed),
-            ("shuffle", c.shuffle),
-            ("shuffle_buffer", c.shuffle_buffer),
-            ("uneven", c.uneven.value),
-            ("drop_last", c.drop_last),
-        ):
-            if state.get(key) != mine:
-                raise ConfigError(
-                    f"the loader state was saved with {key}={state.get(key)!r}; this loader has "
-                    f"{key}={mine!r} (they must match to resume)"
-                )
-        try:
-            epoch = int(state["epoch"])
-            history = tuple(
-                Segment(
-                    int(g["world_size"]),
-                    int(g["num_workers"]),
-                    int(g["batch_size"]),
-                    int(g["batches"]),
-                )
-                for g in state["segments"]
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ConfigError(f"malformed loader state: {exc!r}") from None
-        if not history or epoch < 0:
-            raise ConfigError("malformed loader state: no segments")
-        ds.set_epoch(epoch)
-        ds.resume = Resume(epoch, history)
-        ds.plan()  # validates the history against this data set now, not in a worker
+        restore_state(self.dataset, state)
         self.batches_delivered = 0
         if self._started and self._dataloader_kwargs is not None:
             # persistent workers hold the old dataset copy: start fresh ones
-            self.dataloader = DataLoader(ds, **self._dataloader_kwargs)
+            self.dataloader = DataLoader(self.dataset, **self._dataloader_kwargs)
 
 
 def _worker_init(_worker_id: int) -> None:

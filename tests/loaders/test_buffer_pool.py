@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from loaders import make_loader
-from loaders.stream import BufferPool
+from loaders.pool import BufferPool
 
 
 def test_pool_reuses_only_released_slots() -> None:
@@ -66,7 +66,7 @@ def test_worker_batches_arrive_in_the_main_process_pool_without_copies(
 
 
 def test_shared_pool_slots_are_reused_only_when_released() -> None:
-    from loaders.stream import SharedPool
+    from loaders.pool import SharedPool
 
     flags = bytearray(4)
     shared = SharedPool(4, 5, 8, torch.uint8)

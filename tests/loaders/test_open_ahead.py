@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from loaders.plan import Slice
+from loaders.read import read_slices
 from loaders.source import DatasetIndex, ShardAccess
-from loaders.stream import read_slices
 from wdstool.base.errors import ShardError
 
 

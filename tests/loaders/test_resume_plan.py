@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loaders.plan import RankPlan, Segment, plan_epoch, plan_resumed, samples_per_rank
-from loaders.stream import worker_stream
+from loaders.read import worker_stream
 
 
 def _ids(run):

@@ -1,0 +1,253 @@
+"""Decode + augment a worker's samples straight into preallocated batch tensors.
+
+:class:`BatchAssembler` takes the samples ``loaders.read.worker_stream`` yields and forms the
+batches the plan sized, inside the DataLoader worker (so the DataLoader runs with
+``batch_size=None``). Under ``on_error="skip"`` a bad sample is replaced, counts stay exact.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from loaders.augment import eval_augment, normalize_into, train_params, train_sample
+from loaders.plan import (
+    WorkerPlan,
+)
+from loaders.pool import BufferPool, Pooled, new_batch
+from loaders.read import Located
+from wdstool.base.errors import SampleError, ShardError, WdsToolError
+from wdstool.format.decode import decode_rgb, header_size
+from wdstool.format.images import IMAGE_ORDER
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecodeSpec:
+    image_size: int
+    train: bool
+    output: str  # "uint8" | "float" | "encoded"
+    transform: Callable[[torch.Tensor], torch.Tensor] | None = None
+    on_error: str = "raise"  # "raise" | "skip"
+    channels_last: bool = False  # batches in [B,S,S,3] memory (torch.channels_last strides)
+
+
+def _image_part(loc: Located) -> tuple[bytes, str]:
+    parts = loc.sample.parts
+    for ext in IMAGE_ORDER:
+        if ext in parts:
+            return parts[ext], ext
+    raise SampleError(f"{loc.url}: sample {loc.sample.key!r} has no image member")
+
+
+def _label(loc: Located) -> int:
+    raw = loc.sample.parts.get("cls")
+    if raw is None:
+        raise SampleError(f"{loc.url}: sample {loc.sample.key!r} has no .cls member")
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise SampleError(f"{loc.url}: sample {loc.sample.key!r}: bad label {raw[:20]!r}") from None
+
+
+def _next_sample(it: Iterator[Any], plan: WorkerPlan) -> Any:
+    got = next(it, None)
+    if got is None:
+        raise ShardError(
+            f"worker {plan.worker}: ran out of samples before its planned {plan.num_samples}"
+        )
+    return got
+
+
+class BatchAssembler:
+    """Decode + augment samples into batches of a planned size; count replaced samples."""
+
+    def __init__(
+        self, spec: DecodeSpec, aug_seed: str, shared: bool, pool: BufferPool | None = None
+    ) -> None:
+        """``aug_seed``: a sample's augmentation draws come from ``Random(f"{aug_seed}:{key}")``,
+        so they do not depend on which rank or worker decodes it, nor on what came before (a
+        resumed or re-sharded epoch augments every sample as the uninterrupted run would)."""
+        self.spec = spec
+        self.aug_seed = aug_seed
+        self.shared = shared
+        self.pool = pool
+        self._scratch: torch.Tensor | None = None
+        self._dest: torch.Tensor | None = None  # the batch slot the next decode may write into
+        self.replaced = 0
+        self.bytes_read = 0
+
+    def _rng(self, loc: Located) -> random.Random:
+        # bytes: keys from non-UTF-8 member names carry surrogates
+        return random.Random(f"{self.aug_seed}:{loc.sample.key}".encode("utf-8", "surrogateescape"))
+
+    def _prepare(self, loc: Located) -> tuple[Any, int]:
+        """output="encoded": the image bytes, checked up to the header, with their augmentation
+        draws (the same as ``_decode``'s), for a device-side decoder."""
+        data, _ext = _image_part(loc)
+        label = _label(loc)
+        width, height = header_size(data, where=f"{loc.url}: sample {loc.sample.key!r}")
+        params = train_params(height, width, self._rng(loc)) if self.spec.train else None
+        return (data, params), label
+
+    def _decode(self, loc: Located) -> tuple[Any, int]:
+        if self.spec.output == "encoded":
+            return self._prepare(loc)
+        try:
+            data, ext = _image_part(loc)
+            label = _label(loc)
+            where = f"{loc.url}: sample {loc.sample.key!r}"
+            if self.spec.train and self.spec.transform is None:
+                # a JPEG's crop is drawn from its header, so only the crop is decoded
+                size, rng = self.spec.image_size, self._rng(loc)
+                return train_sample(data, size, rng, self._dest, where=where), label
+            img = decode_rgb(data, ext, where=where)
+            if self.spec.transform is not None:
+                return self.spec.transform(img), label
+            return eval_augment(img, self.spec.image_size), label
+        except WdsToolError:
+            raise
+        except Exception as exc:  # a user transform or a decoder bug: name the sample
+            raise SampleError(
+                f"{loc.url}: sample {loc.sample.key!r}: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def decoded(self, samples: Iterable[Located]) -> Iterator[tuple[torch.Tensor, int, str]]:
+        """One (image, label, key) per input sample. Under on_error="skip" a bad sample is
+        replaced by the worker's last good one (or, before any, by the next good one), so the
+        number of outputs always equals the number of inputs."""
+        last_good: Located | None = None
+        pending = 0
+        for loc in samples:
+            self.bytes_read += sum(len(v) for v in loc.sample.parts.values())
+            try:
+                img, label = self._decode(loc)
+                last_good = loc
+            except SampleError as exc:
+                if self.spec.on_error != "skip":
+                    raise
+                log.warning("replacing a bad sample: %s", exc.message)
+                self.replaced += 1
+                if last_good is None:
+                    pending += 1
+                    continue
+                loc = last_good
+                img, label = self._decode(loc)
+            yield img, label, loc.sample.key
+            while pending:
+                pending -= 1
+                img, label = self._decode(loc)
+                yield img, label, loc.sample.key
+        if pending:
+            raise SampleError(f"all {pending} samples of this worker's share are bad")
+
+    def batches(
+        self, samples: Iterable[Located], plan: WorkerPlan, batch_size: int
+    ) -> Iterator[dict[str, Any]]:
+        """Yield ``plan.num_batches`` batch dicts (fewer after a resume: those after
+        ``plan.skip`` samples); the last has ``plan.last_batch_size`` items."""
+        sizes = [batch_size] * plan.num_batches
+        if sizes:
+            sizes[-1] = plan.last_batch_size
+        sizes = sizes[plan.first_batch(batch_size) :]
+        it = self.decoded(samples)
+        if self.spec.output == "encoded":
+            yield from self._encoded_batches(it, sizes, plan)
+            return
+        for n in sizes:
+            before, bytes_before = self.replaced, self.bytes_read
+            pixels: torch.Tensor | None = None
+            slot = -1
+            as_float = self.spec.output == "float" and self.spec.transform is None
+            size, cl = self.spec.image_size, self.spec.channels_last
+            if self.spec.transform is None:
+                if as_float:  # uint8 scratch, never shared: the float batch leaves the worker
+                    if self._scratch is None or self._scratch.shape[0] != n:
+                        self._scratch = new_batch(n, size, False, torch.uint8, cl)
+                    pixels = self._scratch
+                elif self.pool is not None and (n == batch_size or self.pool.shared is not None):
+                    pixels, slot = self.pool.get(n, size, torch.uint8, cl)
+                else:
+                    pixels = new_batch(n, size, self.shared, torch.uint8, cl)
+            labels = torch.empty(n, dtype=torch.int64)
+            keys: list[str] = []
+            outputs: list[torch.Tensor] = []
+            for i in range(n):
+                # train augmentation resizes straight into the slot (no copy of the result)
+                self._dest = None if pixels is None else pixels[i]
+                img, label, key = _next_sample(it, plan)
+                self._dest = None
+                if pixels is None:
+                    outputs.append(img)
+                elif img.data_ptr() != pixels[i].data_ptr():
+                    pixels[i].copy_(img)
+                labels[i] = label
+                keys.append(key)
+            batch = torch.stack(outputs) if pixels is None else pixels
+            if pixels is None and cl and batch.dim() == 4:  # a user transform's images
+                batch = batch.contiguous(memory_format=torch.channels_last)
+            if as_float:
+                assert pixels is not None
+                if self.pool is not None and (n == batch_size or self.pool.shared is not None):
+                    out, slot = self.pool.get(n, size, torch.float32, cl)
+                else:
+                    out = new_batch(n, size, self.shared, torch.float32, cl)
+                batch = normalize_into(pixels, out)
+            shared = self.pool.shared if self.pool is not None else None
+            pooled = shared is not None and slot >= 0
+            if pooled:  # stays in the pool: send its coordinates
+                shared.labels[slot, :n] = labels
+                batch = Pooled(shared.key, "pixels", slot, n)  # type: ignore[assignment]
+                labels = Pooled(shared.key, "labels", slot, n)  # type: ignore[assignment]
+            yield {
+                "pixel_values": batch,
+                "labels": labels,
+                "keys": keys,
+                "num_replaced": self.replaced - before,
+                "num_bytes": self.bytes_read - bytes_before,
+                "buffer_slot": slot,
+                "pooled": pooled,
+            }
+
+    def _encoded_batches(
+        self, it: Iterator[tuple[Any, int, str]], sizes: list[int], plan: WorkerPlan
+    ) -> Iterator[dict[str, Any]]:
+        for n in sizes:
+            before, bytes_before = self.replaced, self.bytes_read
+            datas: list[bytes] = []
+            crops = torch.zeros((n, 4), dtype=torch.int32)
+            flips = torch.zeros(n, dtype=torch.bool)
+            labels = torch.empty(n, dtype=torch.int64)
+            keys: list[str] = []
+            for i in range(n):
+                (data, params), label, key = _next_sample(it, plan)
+                datas.append(data)
+                if params is not None:
+                    crops[i] = torch.tensor(params[:4], dtype=torch.int32)
+                    flips[i] = params[4]
+                labels[i] = label
+                keys.append(key)
+            offsets = torch.tensor(
+                [0, *itertools.accumulate(len(d) for d in datas)], dtype=torch.int64
+            )
+            joined = bytearray(b"".join(datas))
+            yield {
+                "encoded": torch.frombuffer(joined, dtype=torch.uint8)
+                if joined
+                else torch.empty(0, dtype=torch.uint8),
+                "offsets": offsets,
+                "crops": crops,
+                "flips": flips,
+                "labels": labels,
+                "keys": keys,
+                "num_replaced": self.replaced - before,
+                "num_bytes": self.bytes_read - bytes_before,
+                "buffer_slot": -1,
+            }

@@ -1,0 +1,54 @@
+"""The loader's settings: one frozen, validated config; choices are enums."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from loaders.plan import Uneven
+from wdstool.base.errors import ConfigError
+
+
+class Output(StrEnum):
+    UINT8 = "uint8"
+    FLOAT = "float"
+    ENCODED = "encoded"  # compressed bytes + augmentation draws, for loaders.DeviceDecoder
+
+
+class OnError(StrEnum):
+    RAISE = "raise"
+    SKIP = "skip"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoaderConfig:
+    batch_size: int = 64
+    image_size: int = 224
+    train: bool = True
+    shuffle: bool = True
+    shuffle_buffer: int = 2000
+    seed: int = 0
+    num_workers: int = 0
+    uneven: Uneven = Uneven.PAD
+    drop_last: bool = False
+    output: Output = Output.UINT8
+    on_error: OnError = OnError.RAISE
+    channels_last: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("uneven", "output", "on_error"):
+            enum = {"uneven": Uneven, "output": Output, "on_error": OnError}[name]
+            value = getattr(self, name)
+            try:
+                object.__setattr__(self, name, enum(value))
+            except ValueError:
+                choices = ", ".join(repr(e.value) for e in enum)
+                raise ConfigError(f"{name}={value!r} is not one of {choices}") from None
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.image_size < 8:
+            raise ConfigError(f"image_size must be >= 8, got {self.image_size}")
+        if self.shuffle_buffer < 0:
+            raise ConfigError(f"shuffle_buffer must be >= 0, got {self.shuffle_buffer}")
+        if self.num_workers < 0:
+            raise ConfigError(f"num_workers must be >= 0, got {self.num_workers}")

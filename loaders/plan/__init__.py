@@ -1,0 +1,43 @@
+"""The epoch plan: which samples each rank and DataLoader worker reads, and in what order.
+
+A pure function of (shard sizes, seed, epoch, world size, rank, workers, batch size, options):
+no I/O, no environment, no torch.distributed, no global RNG (an import contract keeps torch and
+storage out of this package). Everything that must hold (disjoint cover, equal batch counts on
+every rank, determinism, resume = continuation) is a property of these modules:
+``epoch`` (a fresh epoch), ``resume`` (the rest of an interrupted one, same or other topology),
+``shuffle`` (seeds, the restartable block shuffle), ``items`` (slices and pieces).
+"""
+
+from loaders.plan.epoch import (
+    RankPlan,
+    Uneven,
+    WorkerPlan,
+    k_of,
+    num_batches,
+    plan_epoch,
+    samples_per_rank,
+)
+from loaders.plan.items import Item, Piece, Slice, take_items
+from loaders.plan.resume import Segment, plan_resumed, remaining_items
+from loaders.plan.shuffle import block_permutation, block_seed, first_block, shuffle_blocks
+
+__all__ = [
+    "Item",
+    "Piece",
+    "RankPlan",
+    "Segment",
+    "Slice",
+    "Uneven",
+    "WorkerPlan",
+    "block_permutation",
+    "block_seed",
+    "first_block",
+    "k_of",
+    "num_batches",
+    "plan_epoch",
+    "plan_resumed",
+    "remaining_items",
+    "samples_per_rank",
+    "shuffle_blocks",
+    "take_items",
+]

@@ -1,0 +1,130 @@
+"""What ``pack`` is asked to do (:class:`PackOptions`) and what it reports (:class:`PackSummary`)."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from shard_writer.layout import LayoutOptions
+from shard_writer.probe import EncodeOptions
+from shard_writer.write import OnError
+from wdstool.base.errors import ConfigError
+
+_PREFIX_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+ENGINES = ("local", "ray")
+
+
+def usable_cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackOptions:
+    prefix: str = "train"
+    max_count: int = 10_000
+    max_size: int = 256 * 1000**2
+    shuffle: bool = True
+    seed: int = 0
+    workers: int | None = None
+    on_error: OnError = OnError.SKIP
+    verify_decode: bool = False
+    max_side: int | None = None
+    quality: int | None = None
+    overwrite: bool = False
+    sync: bool = True  # fsync shards before index.json (durability; not part of the output)
+    engine: str = "local"  # "local" (process pool) or "ray"; never part of the output
+    ray_address: str | None = None
+
+    def __post_init__(self) -> None:
+        if not _PREFIX_RE.match(self.prefix) or "/" in self.prefix:
+            raise ConfigError(f"--prefix {self.prefix!r}: use letters, digits, '_', '-', '.'")
+        if self.workers is not None and self.workers < 1:
+            raise ConfigError(f"--workers must be >= 1, got {self.workers}")
+        if self.max_side is not None and self.max_side < 8:
+            raise ConfigError(f"--max-side must be >= 8 pixels, got {self.max_side}")
+        if self.quality is not None and not 1 <= self.quality <= 100:
+            raise ConfigError(f"--quality must be within 1..100, got {self.quality}")
+        if self.engine not in ENGINES:
+            raise ConfigError(f"--engine {self.engine!r}: choose one of {', '.join(ENGINES)}")
+        object.__setattr__(self, "on_error", OnError(self.on_error))
+        LayoutOptions(max_count=self.max_count, max_size=self.max_size)  # validates limits
+
+    @property
+    def layout(self) -> LayoutOptions:
+        return LayoutOptions(
+            max_count=self.max_count, max_size=self.max_size, shuffle=self.shuffle, seed=self.seed
+        )
+
+    @property
+    def encode(self) -> EncodeOptions:
+        return EncodeOptions(
+            verify_decode=self.verify_decode, max_side=self.max_side, quality=self.quality
+        )
+
+    def recorded(self) -> dict[str, Any]:
+        """The options that determine the output bytes (recorded in the manifest)."""
+        return {
+            "prefix": self.prefix,
+            "max_count": self.max_count,
+            "max_size": self.max_size,
+            "shuffle": self.shuffle,
+            "seed": self.seed,
+            "on_error": self.on_error.value,
+            "verify_decode": self.verify_decode,
+            "max_side": self.max_side,
+            "quality": self.quality,
+        }
+
+
+@dataclass(kw_only=True)
+class PackSummary:
+    dest: str
+    shards: int
+    samples: int
+    total_bytes: int
+    source_bytes: int
+    classes: int
+    skipped: list[dict[str, str]]
+    reused_shards: int
+    written_shards: int
+    seconds: float
+    workers: int
+    up_to_date: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def images_per_s(self) -> float:
+        return self.samples / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.source_bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dest": self.dest,
+            "shards": self.shards,
+            "samples": self.samples,
+            "total_bytes": self.total_bytes,
+            "source_bytes": self.source_bytes,
+            "classes": self.classes,
+            "skipped": self.skipped,
+            "reused_shards": self.reused_shards,
+            "written_shards": self.written_shards,
+            "seconds": round(self.seconds, 3),
+            "images_per_s": round(self.images_per_s, 1),
+            "mb_per_s": round(self.mb_per_s, 1),
+            "workers": self.workers,
+            "up_to_date": self.up_to_date,
+            "engine": "local",
+            **self.extra,
+        }
+
+
+ProgressFn = Callable[[int, int, int], None]  # (samples, source bytes, shards) increments

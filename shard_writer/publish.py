@@ -1,0 +1,122 @@
+"""The destination's side of a pack: refuse another dataset, reuse complete shards, and read
+back a dataset that is already complete."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+
+from shard_writer.dest import STATE_DIR, Destination
+from shard_writer.layout import ShardSpec
+from shard_writer.options import PackOptions, PackSummary
+from shard_writer.scan import Scan
+from shard_writer.write import ShardOutcome, hash_file, marker_name
+from wdstool.base.errors import DestinationError, ShardError
+from wdstool.format.manifest import MANIFEST_NAME, parse_manifest
+
+log = logging.getLogger(__name__)
+STATE_NAME = f"{STATE_DIR}/state.json"
+
+
+def fingerprint(scan: Scan, specs: tuple[ShardSpec, ...], options: PackOptions) -> str:
+    h = hashlib.sha256()
+    h.update(json.dumps({"options": options.recorded(), "classes": scan.classes}).encode())
+    for spec in specs:
+        h.update(spec.name.encode())
+        for f, key in zip(spec.samples, spec.keys, strict=True):
+            h.update(
+                f"\0{f.relpath}\0{f.size}\0{f.class_idx}\0{key}".encode("utf-8", "surrogateescape")
+            )
+    return h.hexdigest()
+
+
+def _our_shard(name: str, prefix: str) -> bool:
+    return name.startswith(f"{prefix}-") and name.endswith(".tar")
+
+
+def prepare_dest(dest: Destination, fingerprint: str, options: PackOptions) -> dict | None:
+    """Refuse a DEST holding another dataset; return its manifest if it holds this one."""
+    dest.ensure()
+    manifest_raw = dest.read_json(MANIFEST_NAME)
+    state = dest.read_json(STATE_NAME)
+    ours = [n for n in dest.listdir() if _our_shard(n, options.prefix)]
+    same = (manifest_raw or {}).get("fingerprint") == fingerprint or (state or {}).get(
+        "fingerprint"
+    ) == fingerprint
+    foreign = manifest_raw is not None or state is not None or ours
+    if options.overwrite and not same:
+        dest.remove(MANIFEST_NAME)
+        dest.remove(STATE_DIR)
+        for name in ours:
+            dest.remove(name)
+        manifest_raw = None
+    elif foreign and not same:
+        what = (
+            "a different dataset"
+            if manifest_raw is not None
+            else "an interrupted pack of a different source or options"
+            if state is not None
+            else f"shards named {options.prefix}-*.tar"
+        )
+        raise DestinationError(
+            f"{dest.display()}: destination already holds {what}; "
+            "use --overwrite to replace it, or choose another DEST"
+        )
+    if manifest_raw is not None and manifest_raw.get("fingerprint") == fingerprint:
+        return manifest_raw
+    dest.write_bytes(STATE_NAME, json.dumps({"fingerprint": fingerprint}).encode())
+    for name in dest.remove_stale_temps():
+        log.info("removed stale temporary file %s", name)
+    return None
+
+
+def reusable(dest: Destination, spec: ShardSpec) -> ShardOutcome | None:
+    raw = dest.read_json(marker_name(spec.name))
+    if raw is None:
+        return None
+    try:
+        outcome = ShardOutcome.from_json(raw)
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not dest.local:
+        # an object store's PUT is atomic and the upload was checked (size, ETag) before the
+        # marker was written: the same ETag now means the same bytes, without downloading them
+        info = dest.info(spec.name)
+        if info is None or int(info["size"]) != outcome.filesize:
+            return None
+        if outcome.etag and info.get("ETag") == outcome.etag:
+            return outcome
+    elif dest.size(spec.name) != outcome.filesize:
+        return None
+    if hash_file(dest, spec.name) != (outcome.filesize, outcome.sha256):
+        log.warning("%s: content differs from its marker; rewriting", dest.display(spec.name))
+        return None
+    return outcome
+
+
+def summary_from_manifest(
+    dest: Destination, raw: dict, started: float, workers: int
+) -> PackSummary:
+    manifest = parse_manifest(json.dumps(raw), dest.display(MANIFEST_NAME))
+    for entry in manifest.shards:
+        if dest.size(entry.url) != entry.filesize:
+            raise ShardError(
+                f"{dest.display(entry.url)}: missing or wrong size although index.json lists it; "
+                "run `wdstool verify`, or pack again with --overwrite"
+            )
+    return PackSummary(
+        dest=dest.display(),
+        shards=len(manifest.shards),
+        samples=manifest.num_samples,
+        total_bytes=manifest.total_bytes,
+        source_bytes=0,
+        classes=len(manifest.classes),
+        skipped=list(manifest.skipped),
+        reused_shards=len(manifest.shards),
+        written_shards=0,
+        seconds=time.perf_counter() - started,
+        workers=workers,
+        up_to_date=True,
+    )
