@@ -11,7 +11,7 @@ import itertools
 import logging
 import random
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -22,11 +22,15 @@ from loaders.plan import (
 )
 from loaders.pool import BufferPool, Pooled, new_batch
 from loaders.read import Located
+from loaders.schema import FieldBatcher, SampleSchema
 from wdstool.base.errors import SampleError, ShardError, WdsToolError
 from wdstool.format.decode import decode_rgb, header_size
+from wdstool.format.fields import FieldError
 from wdstool.format.images import IMAGE_ORDER
 
 log = logging.getLogger(__name__)
+# (image or (bytes, augmentation draws), label or None, key, fields or None)
+Decoded = tuple[Any, int | None, str, dict[str, Any] | None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,6 +41,7 @@ class DecodeSpec:
     transform: Callable[[torch.Tensor], torch.Tensor] | None = None
     on_error: str = "raise"  # "raise" | "skip"
     channels_last: bool = False  # batches in [B,S,S,3] memory (torch.channels_last strides)
+    schema: SampleSchema = field(default_factory=SampleSchema)  # label and extra fields
 
 
 def _image_part(loc: Located) -> tuple[bytes, str]:
@@ -45,16 +50,6 @@ def _image_part(loc: Located) -> tuple[bytes, str]:
         if ext in parts:
             return parts[ext], ext
     raise SampleError(f"{loc.url}: sample {loc.sample.key!r} has no image member")
-
-
-def _label(loc: Located) -> int:
-    raw = loc.sample.parts.get("cls")
-    if raw is None:
-        raise SampleError(f"{loc.url}: sample {loc.sample.key!r} has no .cls member")
-    try:
-        return int(raw.strip())
-    except ValueError:
-        raise SampleError(f"{loc.url}: sample {loc.sample.key!r}: bad label {raw[:20]!r}") from None
 
 
 def _next_sample(it: Iterator[Any], plan: WorkerPlan) -> Any:
@@ -83,35 +78,47 @@ class BatchAssembler:
         self._dest: torch.Tensor | None = None  # the batch slot the next decode may write into
         self.replaced = 0
         self.bytes_read = 0
+        self._fields = FieldBatcher()
 
     def _rng(self, loc: Located) -> random.Random:
         # bytes: keys from non-UTF-8 member names carry surrogates
         return random.Random(f"{self.aug_seed}:{loc.sample.key}".encode("utf-8", "surrogateescape"))
 
-    def _prepare(self, loc: Located) -> tuple[Any, int]:
+    def _meta(self, loc: Located) -> tuple[int | None, dict[str, Any] | None]:
+        """The sample's label and fields (the schema's reading of its members)."""
+        try:
+            label, values = self.spec.schema.read(loc.sample.parts)
+            if values:
+                self._fields.check(values)
+        except FieldError as exc:
+            raise SampleError(f"{loc.url}: sample {loc.sample.key!r}: {exc}") from None
+        return label, values
+
+    def _prepare(self, loc: Located) -> Decoded:
         """output="encoded": the image bytes, checked up to the header, with their augmentation
         draws (the same as ``_decode``'s), for a device-side decoder."""
         data, _ext = _image_part(loc)
-        label = _label(loc)
+        label, values = self._meta(loc)
         width, height = header_size(data, where=f"{loc.url}: sample {loc.sample.key!r}")
         params = train_params(height, width, self._rng(loc)) if self.spec.train else None
-        return (data, params), label
+        return (data, params), label, loc.sample.key, values
 
-    def _decode(self, loc: Located) -> tuple[Any, int]:
+    def _decode(self, loc: Located) -> Decoded:
         if self.spec.output == "encoded":
             return self._prepare(loc)
         try:
             data, ext = _image_part(loc)
-            label = _label(loc)
-            where = f"{loc.url}: sample {loc.sample.key!r}"
+            label, values = self._meta(loc)
+            key = loc.sample.key
+            where = f"{loc.url}: sample {key!r}"
             if self.spec.train and self.spec.transform is None:
                 # a JPEG's crop is drawn from its header, so only the crop is decoded
                 size, rng = self.spec.image_size, self._rng(loc)
-                return train_sample(data, size, rng, self._dest, where=where), label
+                return train_sample(data, size, rng, self._dest, where=where), label, key, values
             img = decode_rgb(data, ext, where=where)
             if self.spec.transform is not None:
-                return self.spec.transform(img), label
-            return eval_augment(img, self.spec.image_size), label
+                return self.spec.transform(img), label, key, values
+            return eval_augment(img, self.spec.image_size), label, key, values
         except WdsToolError:
             raise
         except Exception as exc:  # a user transform or a decoder bug: name the sample
@@ -119,16 +126,16 @@ class BatchAssembler:
                 f"{loc.url}: sample {loc.sample.key!r}: {type(exc).__name__}: {exc}"
             ) from exc
 
-    def decoded(self, samples: Iterable[Located]) -> Iterator[tuple[torch.Tensor, int, str]]:
-        """One (image, label, key) per input sample. Under on_error="skip" a bad sample is
-        replaced by the worker's last good one (or, before any, by the next good one), so the
-        number of outputs always equals the number of inputs."""
+    def decoded(self, samples: Iterable[Located]) -> Iterator[Decoded]:
+        """One (image, label, key, fields) per input sample. Under on_error="skip" a bad sample
+        is replaced by the worker's last good one (or, before any, by the next good one), so
+        the number of outputs always equals the number of inputs."""
         last_good: Located | None = None
         pending = 0
         for loc in samples:
             self.bytes_read += sum(len(v) for v in loc.sample.parts.values())
             try:
-                img, label = self._decode(loc)
+                out = self._decode(loc)
                 last_good = loc
             except SampleError as exc:
                 if self.spec.on_error != "skip":
@@ -139,12 +146,11 @@ class BatchAssembler:
                     pending += 1
                     continue
                 loc = last_good
-                img, label = self._decode(loc)
-            yield img, label, loc.sample.key
+                out = self._decode(loc)
+            yield out
             while pending:
                 pending -= 1
-                img, label = self._decode(loc)
-                yield img, label, loc.sample.key
+                yield self._decode(loc)
         if pending:
             raise SampleError(f"all {pending} samples of this worker's share are bad")
 
@@ -176,20 +182,24 @@ class BatchAssembler:
                     pixels, slot = self.pool.get(n, size, torch.uint8, cl)
                 else:
                     pixels = new_batch(n, size, self.shared, torch.uint8, cl)
-            labels = torch.empty(n, dtype=torch.int64)
+            labels = torch.empty(n, dtype=torch.int64) if self.spec.schema.label else None
             keys: list[str] = []
+            rows: list[dict[str, Any]] = []
             outputs: list[torch.Tensor] = []
             for i in range(n):
                 # train augmentation resizes straight into the slot (no copy of the result)
                 self._dest = None if pixels is None else pixels[i]
-                img, label, key = _next_sample(it, plan)
+                img, label, key, values = _next_sample(it, plan)
                 self._dest = None
                 if pixels is None:
                     outputs.append(img)
                 elif img.data_ptr() != pixels[i].data_ptr():
                     pixels[i].copy_(img)
-                labels[i] = label
+                if labels is not None:
+                    labels[i] = label
                 keys.append(key)
+                if values is not None:
+                    rows.append(values)
             batch = torch.stack(outputs) if pixels is None else pixels
             if pixels is None and cl and batch.dim() == 4:  # a user transform's images
                 batch = batch.contiguous(memory_format=torch.channels_last)
@@ -203,51 +213,64 @@ class BatchAssembler:
             shared = self.pool.shared if self.pool is not None else None
             pooled = shared is not None and slot >= 0
             if pooled:  # stays in the pool: send its coordinates
-                shared.labels[slot, :n] = labels
                 batch = Pooled(shared.key, "pixels", slot, n)  # type: ignore[assignment]
-                labels = Pooled(shared.key, "labels", slot, n)  # type: ignore[assignment]
-            yield {
-                "pixel_values": batch,
-                "labels": labels,
-                "keys": keys,
-                "num_replaced": self.replaced - before,
-                "num_bytes": self.bytes_read - bytes_before,
-                "buffer_slot": slot,
-                "pooled": pooled,
-            }
+                if labels is not None:
+                    shared.labels[slot, :n] = labels
+                    labels = Pooled(shared.key, "labels", slot, n)  # type: ignore[assignment]
+            out_batch: dict[str, Any] = {"pixel_values": batch}
+            if labels is not None:
+                out_batch["labels"] = labels
+            out_batch["keys"] = keys
+            out_batch.update(FieldBatcher.collate(rows))
+            out_batch.update(
+                num_replaced=self.replaced - before,
+                num_bytes=self.bytes_read - bytes_before,
+                buffer_slot=slot,
+                pooled=pooled,
+            )
+            yield out_batch
 
     def _encoded_batches(
-        self, it: Iterator[tuple[Any, int, str]], sizes: list[int], plan: WorkerPlan
+        self, it: Iterator[Decoded], sizes: list[int], plan: WorkerPlan
     ) -> Iterator[dict[str, Any]]:
         for n in sizes:
             before, bytes_before = self.replaced, self.bytes_read
             datas: list[bytes] = []
             crops = torch.zeros((n, 4), dtype=torch.int32)
             flips = torch.zeros(n, dtype=torch.bool)
-            labels = torch.empty(n, dtype=torch.int64)
+            labels = torch.empty(n, dtype=torch.int64) if self.spec.schema.label else None
             keys: list[str] = []
+            rows: list[dict[str, Any]] = []
             for i in range(n):
-                (data, params), label, key = _next_sample(it, plan)
+                (data, params), label, key, values = _next_sample(it, plan)
                 datas.append(data)
                 if params is not None:
                     crops[i] = torch.tensor(params[:4], dtype=torch.int32)
                     flips[i] = params[4]
-                labels[i] = label
+                if labels is not None:
+                    labels[i] = label
                 keys.append(key)
+                if values is not None:
+                    rows.append(values)
             offsets = torch.tensor(
                 [0, *itertools.accumulate(len(d) for d in datas)], dtype=torch.int64
             )
             joined = bytearray(b"".join(datas))
-            yield {
+            out: dict[str, Any] = {
                 "encoded": torch.frombuffer(joined, dtype=torch.uint8)
                 if joined
                 else torch.empty(0, dtype=torch.uint8),
                 "offsets": offsets,
                 "crops": crops,
                 "flips": flips,
-                "labels": labels,
-                "keys": keys,
-                "num_replaced": self.replaced - before,
-                "num_bytes": self.bytes_read - bytes_before,
-                "buffer_slot": -1,
             }
+            if labels is not None:
+                out["labels"] = labels
+            out["keys"] = keys
+            out.update(FieldBatcher.collate(rows))
+            out.update(
+                num_replaced=self.replaced - before,
+                num_bytes=self.bytes_read - bytes_before,
+                buffer_slot=-1,
+            )
+            yield out

@@ -20,6 +20,7 @@ from loaders.config import LoaderConfig, Output
 from loaders.plan import RankPlan, Segment, num_batches, plan_epoch, plan_resumed
 from loaders.pool import BufferPool, SharedPool
 from loaders.read import shard_reader, worker_stream
+from loaders.schema import SampleSchema
 from loaders.source import DatasetIndex, ShardAccess
 from loaders.topology import Topology
 from wdstool.base.errors import ConfigError
@@ -38,11 +39,13 @@ class ShardStreamDataset(IterableDataset):
         *,
         transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
         access: ShardAccess | None = None,
+        schema: SampleSchema | None = None,
     ) -> None:
         self.index = index
         self.config = config
         self.topology = topology
         self.transform = transform
+        self.schema = schema or SampleSchema()
         self.access = access or ShardAccess()
         # shared with (persistent) workers: [epoch]
         self._shared = mp.get_context().RawArray("q", 1)
@@ -133,7 +136,7 @@ class ShardStreamDataset(IterableDataset):
         wplan = plan.workers[(worker + plan.rotation) % len(plan.workers)]
         samples = worker_stream(
             wplan,
-            shard_reader(self.index, self.access),
+            shard_reader(self.index, self.access, self.schema.extensions),
             shuffle_buffer=c.shuffle_buffer if c.shuffle else 0,
             batch_size=c.batch_size,
         )
@@ -145,6 +148,7 @@ class ShardStreamDataset(IterableDataset):
                 transform=self.transform,
                 on_error=c.on_error.value,
                 channels_last=c.channels_last,
+                schema=self.schema,
             ),
             f"aug:{c.seed}:{self.epoch}",
             shared=info is not None,

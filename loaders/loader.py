@@ -12,7 +12,7 @@ import logging
 import os
 import signal
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader
 from loaders.config import LoaderConfig
 from loaders.dataset import ShardStreamDataset
 from loaders.pool import Pooled
+from loaders.schema import FieldsFn, SampleSchema
 from loaders.source import ShardAccess, resolve_source
 from loaders.state import restore_state, save_state
 from loaders.topology import Topology, cores_per_rank, detect_topology
@@ -85,7 +86,7 @@ class StreamingLoader:
             self.bytes_read += int(batch.pop("num_bytes", 0))
             slot = int(batch.pop("buffer_slot", -1))
             if batch.pop("pooled", False):
-                labels, pixels = batch["labels"], batch["pixel_values"]
+                labels, pixels = batch.get("labels"), batch["pixel_values"]
                 if isinstance(labels, Pooled):
                     batch["labels"] = labels.resolve().clone()
                 if isinstance(pixels, Pooled):
@@ -155,6 +156,9 @@ def make_loader(
     source: str | os.PathLike[str],
     batch_size: int = 64,
     *,
+    label: str | None = "cls",
+    fields: Mapping[str, str] | None = None,
+    fields_fn: FieldsFn | None = None,
     image_size: int = 224,
     train: bool = True,
     shuffle: bool = True,
@@ -180,10 +184,22 @@ def make_loader(
 ) -> StreamingLoader:
     """A streaming loader over WebDataset shards for one rank of a (torchrun) job.
 
-    ``source``: an index.json path/URL, a folder or prefix holding one, or a brace pattern of
-    shard URLs (``data/train-{000000..000099}.tar``; counts then come from a header-only scan).
+    ``source``: an index.json path/URL, a folder or prefix holding one, a folder or prefix of
+    ``.tar`` shards without one, or a brace pattern of shard URLs
+    (``data/train-{000000..000099}.tar``; counts then come from a header-only scan).
     Batches are dicts: ``pixel_values`` uint8 [B,3,S,S] (or normalized float32 with
-    ``output="float"``), ``labels`` int64 [B], ``keys`` list[str]. ``output="encoded"``: the
+    ``output="float"``), ``labels`` int64 [B], ``keys`` list[str], and one entry per field.
+
+    What a sample carries: ``label`` is ``"cls"`` (the ``.cls`` member, an int; the default),
+    ``"json:a.b"`` (an int at that key path inside the sample's ``.json``) or ``None`` (no label:
+    batches have no ``labels``). ``fields`` maps batch keys to member specs, delivered as lists
+    aligned with ``pixel_values``: ``"txt"`` -> str, ``"json"`` -> the parsed object,
+    ``"json:PATH"`` -> the value at that path, any other extension -> bytes (never unpickled);
+    ``None`` where a sample lacks the member. ``fields_fn`` (picklable, run in the workers) maps
+    each sample's dict of requested fields to the dict the batch carries: tensor values are
+    stacked into batch tensors (tokenized captions), others listed. A bad ``.json``, a label that
+    is not an int or an exception in ``fields_fn`` is a bad sample (``on_error``). Members that
+    no spec names are never read. ``output="encoded"``: the
     workers only parse headers and draw augmentations; batches carry ``encoded`` (uint8 bytes),
     ``offsets``, ``crops``, ``flips`` for :class:`loaders.DeviceDecoder`, which decodes and
     augments on the GPU (nvJPEG). ``channels_last=True``: ``pixel_values`` keeps its shape and
@@ -202,6 +218,7 @@ def make_loader(
     safely by all workers and ranks on the host.
     """
     workers = default_num_workers() if num_workers is None else num_workers
+    schema = SampleSchema.build(label, fields, fields_fn)
     config = LoaderConfig(
         batch_size=batch_size,
         image_size=image_size,
@@ -233,7 +250,9 @@ def make_loader(
     )
     topology = detect_topology(rank, world_size)
     index = resolve_source(source, storage_options)
-    dataset = ShardStreamDataset(index, config, topology, transform=transform, access=access)
+    dataset = ShardStreamDataset(
+        index, config, topology, transform=transform, access=access, schema=schema
+    )
     if len(dataset) == 0:
         raise ConfigError(
             f"{source}: {index.num_samples} samples over {topology.world_size} ranks give no "

@@ -33,7 +33,7 @@ from wdstool.format.images import IMAGE_EXTENSIONS
 from wdstool.format.tar_read import Sample, TarSampleReader
 
 log = logging.getLogger(__name__)
-KEPT_EXTENSIONS = frozenset(IMAGE_EXTENSIONS | {"cls", "json", "txt"})
+KEPT_EXTENSIONS = frozenset(IMAGE_EXTENSIONS | {"cls"})  # what the default schema reads
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,10 +42,6 @@ class Located:
 
     url: str
     sample: Sample
-
-
-def _keep(ext: str) -> bool:
-    return ext in KEPT_EXTENSIONS
 
 
 class _OpenAhead:
@@ -96,6 +92,7 @@ def read_slices(
     slices: Iterable[Slice],
     index: DatasetIndex,
     access: ShardAccess | None = None,
+    keep: frozenset[str] = KEPT_EXTENSIONS,
 ) -> Iterator[Located]:
     """Yield the samples of each slice, in order: skip ``start`` samples by headers alone, then
     yield ``stop - start``. A shard with fewer samples than the manifest says is an error.
@@ -117,7 +114,7 @@ def read_slices(
                     if access.is_remote(index.urls[nxt.shard]):
                         f.peek(1)  # this shard's request goes first
                         ahead.start(pos + 1, nxt)
-                reader = TarSampleReader(f, url, keep=_keep)
+                reader = TarSampleReader(f, url, keep=keep.__contains__)
                 if s.start:
                     reader.skip(s.start)
                 it = iter(reader)
@@ -166,9 +163,16 @@ def read_items(items: Iterable[Item], read_run: ReadRun) -> Iterator[Any]:
         yield from read_run(run)
 
 
-def shard_reader(index: DatasetIndex, access: ShardAccess | None = None) -> ReadRun:
+def shard_reader(
+    index: DatasetIndex,
+    access: ShardAccess | None = None,
+    keep: frozenset[str] = KEPT_EXTENSIONS,
+) -> ReadRun:
+    """Reads runs of slices, keeping only the members whose extension is in ``keep`` (the
+    others are skipped without being read)."""
+
     def read_run(run: list[Slice]) -> Iterator[Located]:
-        return read_slices(run, index, access)
+        return read_slices(run, index, access, keep)
 
     return read_run
 

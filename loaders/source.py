@@ -24,8 +24,9 @@ from wdstool.base.errors import ConfigError, ShardError
 from wdstool.base.params import parse_size
 from wdstool.base.remote import open_shard
 from wdstool.base.retry import DEFAULT_RETRY, RetryPolicy
-from wdstool.base.urls import is_remote
-from wdstool.format.manifest import load_manifest, resolve_shard_url
+from wdstool.base.s3 import filesystem
+from wdstool.base.urls import is_remote, local_path
+from wdstool.format.manifest import ManifestNotFound, load_manifest, resolve_shard_url
 from wdstool.format.tar_read import count_samples
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,13 @@ def resolve_source(
         return _scan_shards(
             sorted(braceexpand.braceexpand(source)) if "{" in source else [source], storage_options
         )
-    manifest, base = load_manifest(source, storage_options)
+    try:
+        manifest, base = load_manifest(source, storage_options)
+    except ManifestNotFound:
+        shards = _tars_in(source, storage_options)
+        if not shards:
+            raise
+        return _scan_shards(shards, storage_options)
     if not manifest.shards:
         raise ShardError(f"{source}: the manifest lists no shards")
     # pack writes a fingerprint; for other manifests hash what defines the data (re-serialising
@@ -88,6 +95,25 @@ def resolve_source(
         filesizes=tuple(s.filesize for s in manifest.shards),
         sha256s=tuple(s.sha256 for s in manifest.shards),
     )
+
+
+def _tars_in(folder: str, storage_options: dict[str, Any] | None) -> list[str]:
+    """The ``.tar`` files directly in a folder or prefix without a manifest (shards written by
+    other tools), sorted by name; [] when there are none or it cannot be listed."""
+    if folder.endswith(".json"):
+        return []
+    if not is_remote(folder):
+        path = local_path(folder)
+        if not os.path.isdir(path):
+            return []
+        names = sorted(n for n in os.listdir(path) if n.endswith(".tar"))
+        return [os.path.join(path, n) for n in names]
+    try:
+        fs, path = filesystem(folder, storage_options)
+        found = fs.glob(path.rstrip("/") + "/*.tar")
+    except Exception:  # unreachable or unlistable: the manifest error says enough
+        return []
+    return sorted(fs.unstrip_protocol(p) for p in found)
 
 
 def _scan_shards(urls: list[str], storage_options: dict[str, Any] | None) -> DatasetIndex:

@@ -62,7 +62,7 @@ def plot(report: dict, path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    for name in ("wdstool", "webdataset-fast", "webdataset", "imagefolder"):
+    for name in ("wdstool", "wdstool-plain", "webdataset-fast", "webdataset", "imagefolder"):
         rows = [r for r in report["summary"] if r["pipeline"] == name]
         if rows:
             ax1.plot(

@@ -20,6 +20,7 @@ from loaders.bench.baselines import (
     webdataset_loader,
 )
 from loaders.bench.measure import RunResult, measure, recommend
+from loaders.bench.tokenize import Tokenize
 from loaders.loader import make_loader
 from loaders.source import resolve_source
 from wdstool.base.errors import ConfigError, WdsToolError
@@ -51,6 +52,10 @@ class BenchConfig:
     cache_dir: str | None = None
     cache_limit: int | None = None
     transform: Callable[[Any], Any] | None = field(default=None, compare=False)
+    label: str | None = "cls"
+    fields: tuple[tuple[str, str], ...] = ()  # (batch key, member spec)
+    tokenize: str | None = None  # a field whose text the stand-in tokenizer turns into ids
+    plain: bool = False  # also run the loader with image + label only ("wdstool-plain")
 
     def __post_init__(self) -> None:
         if self.batch_size < 1 or self.repeats < 1 or self.epochs < 1 or self.warmup < 0:
@@ -61,6 +66,10 @@ class BenchConfig:
             raise ConfigError(f"--batches must be >= 1, got {self.batches}")
         if self.step_ms < 0:
             raise ConfigError(f"--step-ms must be >= 0, got {self.step_ms}")
+        if self.tokenize is not None and self.tokenize not in dict(self.fields):
+            raise ConfigError(
+                f"--tokenize {self.tokenize}: request that field too (--field {self.tokenize}=txt)"
+            )
 
 
 def machine_info() -> dict[str, Any]:
@@ -121,7 +130,7 @@ def _epochs(make: Callable[[], Any], epochs: int) -> Callable[[], _Epochs]:
 
 
 def _dict_len(b: Any) -> int:
-    return len(b["labels"])
+    return len(b["keys"])
 
 
 def _tuple_len(b: Any) -> int:
@@ -162,10 +171,13 @@ def run_stream_bench(
         for _repeat in range(cfg.repeats):
             for w in cfg.workers:
 
-                def ours(w: int = w) -> Any:
+                def ours(w: int = w, plain: bool = False) -> Any:
                     return make_loader(
                         cfg.source,
                         cfg.batch_size,
+                        label="cls" if plain else cfg.label,
+                        fields=None if plain else dict(cfg.fields),
+                        fields_fn=None if plain or not cfg.tokenize else Tokenize(cfg.tokenize),
                         image_size=cfg.image_size,
                         num_workers=w,
                         prefetch_factor=cfg.prefetch_factor,
@@ -182,6 +194,8 @@ def run_stream_bench(
                     )
 
                 run("wdstool", ours, w, _dict_len)
+                if cfg.plain:
+                    run("wdstool-plain", lambda w=w: ours(w, plain=True), w, _dict_len)
                 if cfg.imagefolder:
                     root = cfg.imagefolder
                     run(
@@ -269,7 +283,7 @@ def _ratios(runs: list[RunResult], a: str, b: str) -> dict[str, Any] | None:
     }
 
 
-PIPELINES = ["wdstool", "webdataset-fast", "webdataset", "imagefolder"]
+PIPELINES = ["wdstool", "wdstool-plain", "webdataset-fast", "webdataset", "imagefolder"]
 
 
 def _report(

@@ -54,3 +54,60 @@ def learnable_dataset(tmp_path_factory) -> Path:
     dest = root / "shards"
     pack(str(src), str(dest), PackOptions(workers=1, max_count=17))
     return dest
+
+
+def webp_bytes(seed: int) -> bytes:
+    import io
+
+    from PIL import Image
+
+    img = Image.new("RGB", (36, 28), (seed * 37 % 256, 90, 200))
+    out = io.BytesIO()
+    img.save(out, format="WEBP", quality=80)
+    return out.getvalue()
+
+
+def write_img2dataset_shards(folder: Path, nshards: int = 3, per_shard: int = 7) -> dict:
+    """Shards as img2dataset writes them, through upstream webdataset's ShardWriter: per sample
+    ``KEY.jpg`` (some ``.png``/``.webp``), ``KEY.txt`` (the caption; missing for every 5th
+    sample), ``KEY.json`` (url, caption, width, height, key, class_id); keys not sorted, some
+    under a folder with a dot in its name; no manifest. Returns {key: what was written}."""
+    from tests.conftest import jpeg_bytes, png_bytes
+
+    folder.mkdir(parents=True, exist_ok=True)
+    written: dict[str, dict] = {}
+    n = 0
+    with wds.ShardWriter(str(folder / "part-%05d.tar"), maxcount=per_shard, verbose=0) as sink:
+        for i in range(nshards * per_shard):
+            key = f"{(i * 7919) % 100_000:06d}"  # not sorted
+            if i % 4 == 3:
+                key = f"crawl.v2/{key}"  # a folder with a dot
+            if i % 6 == 5:
+                ext, image = "png", png_bytes(i)
+            elif i % 6 == 4:
+                ext, image = "webp", webp_bytes(i)
+            else:
+                ext, image = "jpg", jpeg_bytes(1000 + i)
+            caption = None if i % 5 == 4 else f"photo {i} of a {['red', 'blue'][i % 2]} thing"
+            meta = {
+                "url": f"https://example.com/{i}.{ext}",
+                "caption": caption,
+                "width": 64,
+                "height": 48,
+                "key": key,
+                "class_id": i % 3,
+                "nested": {"score": i / 10, "tags": [f"t{i}", "x"]},
+            }
+            sample = {"__key__": key, ext: image, "json": meta}
+            if caption is not None:
+                sample["txt"] = caption
+            sink.write(sample)
+            written[key] = {"caption": caption, "meta": meta, "ext": ext}
+            n += 1
+    return written
+
+
+@pytest.fixture(scope="session")
+def img2dataset_shards(tmp_path_factory) -> tuple[Path, dict]:
+    folder = tmp_path_factory.mktemp("img2dataset") / "shards"
+    return folder, write_img2dataset_shards(folder)

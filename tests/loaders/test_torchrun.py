@@ -23,8 +23,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def train_ddp_cmd(nproc: int, *args: str) -> list[str]:
-    """torchrun of examples/train_ddp.py on 127.0.0.1 with ``nproc`` ranks."""
+def train_ddp_cmd(nproc: int, *args: str, script: str = "train_ddp.py") -> list[str]:
+    """torchrun of examples/``script`` on 127.0.0.1 with ``nproc`` ranks."""
     return [
         sys.executable,
         "-m",
@@ -32,7 +32,7 @@ def train_ddp_cmd(nproc: int, *args: str) -> list[str]:
         f"--nproc_per_node={nproc}",
         "--master_addr=127.0.0.1",
         f"--master_port={free_port()}",
-        str(REPO / "examples" / "train_ddp.py"),
+        str(REPO / "examples" / script),
         *args,
     ]
 
@@ -92,3 +92,33 @@ def test_train_ddp_two_epochs(nproc: int, learnable_dataset: Path, tmp_path: Pat
     ]
     assert means[1] < means[0], means
     assert "mean loss" in proc.stdout and "data-wait" in proc.stdout
+
+
+def test_clip_style_job_with_captions_on_two_ranks(img2dataset_shards, tmp_path: Path) -> None:
+    """examples/clip_train.py: 2 ranks, captions tokenized in the workers; every rank takes the
+    same steps, every sample is delivered (at most one padded repeat), each with its caption."""
+    from loaders.bench.tokenize import Tokenize
+
+    folder, written = img2dataset_shards
+    out = tmp_path / "report"
+    args = ["--data", str(folder), "--device", "cpu", "--epochs", "2", "--batch-size", "4"]
+    args += ["--image-size", "32", "--workers", "1", "--out", str(out)]
+    cmd = train_ddp_cmd(2, *args, script="clip_train.py")
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=240, cwd=REPO, env=torchrun_env()
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    reports = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    tok = Tokenize("caption", length=32)
+    for epoch in range(2):
+        assert {r["epochs"][epoch]["steps"] for r in reports} == {reports[0]["len"]}
+        delivered = [
+            (k, ids)
+            for r in reports
+            for k, ids in zip(r["epochs"][epoch]["keys"], r["epochs"][epoch]["ids"], strict=True)
+        ]
+        assert {k for k, _ in delivered} == set(written)
+        assert len(delivered) - len(written) <= 1
+        for key, ids in delivered:
+            assert ids == tok({"caption": written[key]["caption"]})["caption_ids"].tolist()
+    assert "mean loss" in proc.stdout

@@ -62,12 +62,36 @@ from wdstool.cli.common import progress_enabled, storage_options_from_cli
     "the share of time it waited for data (GPU idle %).",
 )
 @click.option(
+    "--label",
+    default="cls",
+    show_default=True,
+    metavar="cls|json:PATH|none",
+    help="Where each sample's integer label is: the .cls member, a key path in its .json, or "
+    "none (unlabeled data).",
+)
+@click.option(
+    "--field",
+    "fields",
+    multiple=True,
+    metavar="NAME=SPEC",
+    help="Also deliver a field per sample (repeatable): SPEC is txt (text), json, json:PATH, or "
+    "any member extension (bytes); e.g. --field caption=txt.",
+)
+@click.option(
+    "--tokenize",
+    default=None,
+    metavar="FIELD",
+    help="Run a stand-in tokenizer on a text field in the workers (whitespace words hashed to "
+    "ids, padded to 32; delivered as FIELD_ids), as CLIP-style training would.",
+)
+@click.option(
     "--compare",
     multiple=True,
-    metavar="imagefolder=PATH|webdataset|webdataset-fast",
+    metavar="imagefolder=PATH|webdataset|webdataset-fast|plain",
     help="Baselines run interleaved with the loader: torchvision ImageFolder + PIL on "
-    "the source images; a plain upstream webdataset pipeline (PIL) on the same shards; or "
-    "webdataset-fast: that pipeline given wdstool's decoder and augmentation.",
+    "the source images; a plain upstream webdataset pipeline (PIL) on the same shards; "
+    "webdataset-fast: that pipeline given wdstool's decoder and augmentation; plain: this "
+    "loader reading image + .cls only (the cost of --label/--field/--tokenize).",
 )
 @click.option(
     "--ceiling",
@@ -116,6 +140,9 @@ def stream_bench_cmd(
     world_size: int,
     rank: int,
     step_ms: float,
+    label: str,
+    fields: tuple[str, ...],
+    tokenize: str | None,
     compare: tuple[str, ...],
     with_ceiling: bool,
     repeats: int,
@@ -138,9 +165,11 @@ def stream_bench_cmd(
     from loaders.bench.run import BenchConfig, run_stream_bench
     from wdstool.base.errors import ConfigError
 
-    imagefolder, webdataset, webdataset_fast = None, False, False
+    imagefolder, webdataset, webdataset_fast, plain = None, False, False, False
     for item in compare:
-        if item == "webdataset":
+        if item == "plain":
+            plain = True
+        elif item == "webdataset":
             webdataset = True
         elif item == "webdataset-fast":
             webdataset_fast = True
@@ -148,8 +177,14 @@ def stream_bench_cmd(
             imagefolder = item.split("=", 1)[1]
         else:
             raise ConfigError(
-                f"--compare {item!r}: use imagefolder=PATH, webdataset or webdataset-fast"
+                f"--compare {item!r}: use imagefolder=PATH, webdataset, webdataset-fast or plain"
             )
+    pairs = []
+    for item in fields:
+        name, sep, spec = item.partition("=")
+        if not sep or not name or not spec:
+            raise ConfigError(f"--field {item!r}: write NAME=SPEC, e.g. caption=txt")
+        pairs.append((name, spec))
     cfg = BenchConfig(
         source=source,
         batch_size=batch_size,
@@ -164,6 +199,10 @@ def stream_bench_cmd(
         world_size=world_size,
         rank=rank,
         step_ms=step_ms,
+        label=None if label.lower() == "none" else label,
+        fields=tuple(pairs),
+        tokenize=tokenize,
+        plain=plain,
         imagefolder=imagefolder,
         webdataset=webdataset,
         webdataset_fast=webdataset_fast,

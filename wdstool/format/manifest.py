@@ -21,6 +21,10 @@ FORMAT = "wdstool-manifest"
 FORMAT_VERSION = 1
 
 
+class ManifestNotFound(ShardError):
+    """There is no manifest at the URL (as opposed to one that cannot be read or parsed)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class ShardEntry:
     url: str
@@ -188,7 +192,7 @@ def load_manifest(
     try:
         data = read_object(url, storage_options)
     except FileNotFoundError:
-        raise ShardError(
+        raise ManifestNotFound(
             f"{url}: no manifest found (pack with `wdstool pack`, or pass a brace pattern "
             "of shard URLs)"
         ) from None
