@@ -285,12 +285,14 @@ def open_shard(
     retry: RetryPolicy = DEFAULT_RETRY,
     size: int | None = None,
     stats: dict[str, int] | None = None,
+    local_buffer: int = LOCAL_BUFFER,
 ) -> BinaryIO:
     """Open a shard for sequential reading from byte 0: a local file, or :func:`open_remote`
-    (no request is sent before the first read). Errors are one line naming the URL."""
+    (no request is sent before the first read). Errors are one line naming the URL.
+    ``local_buffer=0``: a local file unbuffered, so skipping data is a seek, not a read."""
     if not is_remote(url):
         try:
-            return open(local_path(url), "rb", buffering=LOCAL_BUFFER)
+            return open(local_path(url), "rb", buffering=local_buffer)
         except FileNotFoundError:
             raise ShardError(f"{url}: shard not found") from None
         except PermissionError as exc:

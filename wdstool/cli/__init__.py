@@ -15,6 +15,7 @@ import click
 
 from wdstool import __version__
 from wdstool.base.credentials import ScrubbingFilter
+from wdstool.cli.index import index_cmd
 from wdstool.cli.inspect import inspect_cmd, verify_cmd
 from wdstool.cli.pack import pack_cmd
 from wdstool.cli.sample_data import sample_data_cmd
@@ -39,6 +40,7 @@ def cli(verbose: int) -> None:
       wdstool pack data/images data/shards --max-count 1000
       wdstool inspect data/shards
       wdstool verify data/shards
+      wdstool index data/shards --dali
     """
     level = logging.WARNING - 10 * min(verbose, 2)
     handler = logging.StreamHandler(sys.stderr)
@@ -50,7 +52,7 @@ def cli(verbose: int) -> None:
             logging.getLogger(name).setLevel(max(level, logging.INFO))
 
 
-for command in (sample_data_cmd, pack_cmd, inspect_cmd, verify_cmd, stream_bench_cmd):
+for command in (sample_data_cmd, pack_cmd, inspect_cmd, verify_cmd, index_cmd, stream_bench_cmd):
     cli.add_command(command)
 
 

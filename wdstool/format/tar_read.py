@@ -32,6 +32,16 @@ class Sample:
     offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class MemberInfo:
+    """Where one regular-file member lies in a tar: its (first) header and its data."""
+
+    name: str
+    offset: int  # the first header of the member (pax / GNU long-name headers included)
+    data_offset: int
+    size: int
+
+
 @dataclass(slots=True)
 class _Member:
     name: str
@@ -214,6 +224,18 @@ class TarSampleReader:
             if kind in _NO_DATA:
                 size = 0  # links, devices and FIFOs carry no data, whatever the header claims
             return _Member(name, size, first, self._pos, regular)
+
+    def members(self) -> Iterator[MemberInfo]:
+        """Every regular-file member in archive order, from the headers alone: the data of
+        every member is seeked past (read and discarded on a stream), never kept. Links,
+        devices, FIFOs and directories are left out. Do not mix with iterating samples."""
+        while (m := self._next_member()) is not None:
+            self._discard(m.size + (-m.size % BLOCK), m.offset)
+            if m.regular:
+                yield MemberInfo(
+                    name=m.name, offset=m.offset, data_offset=m.data_offset, size=m.size
+                )
+        self._done = True
 
     # --- samples -------------------------------------------------------------------------
     def _samples(self) -> Iterator[Sample]:
