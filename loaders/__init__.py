@@ -6,6 +6,7 @@
 from loaders.augment import normalize
 from loaders.device import DeviceDecoder
 from loaders.loader import StreamingLoader, make_loader
+from loaders.source import Source
 from wdstool.base.retry import RetryPolicy
 
-__all__ = ["DeviceDecoder", "RetryPolicy", "StreamingLoader", "make_loader", "normalize"]
+__all__ = ["DeviceDecoder", "RetryPolicy", "Source", "StreamingLoader", "make_loader", "normalize"]

@@ -11,7 +11,7 @@ import itertools
 import logging
 import random
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -29,8 +29,8 @@ from wdstool.format.fields import FieldError
 from wdstool.format.images import IMAGE_ORDER
 
 log = logging.getLogger(__name__)
-# (image or (bytes, augmentation draws), label or None, key, fields or None)
-Decoded = tuple[Any, int | None, str, dict[str, Any] | None]
+# (image or (bytes, augmentation draws), label or None, key, fields or None, source, valid)
+Decoded = tuple[Any, int | None, str, dict[str, Any] | None, int, bool]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,7 +41,9 @@ class DecodeSpec:
     transform: Callable[[torch.Tensor], torch.Tensor] | None = None
     on_error: str = "raise"  # "raise" | "skip"
     channels_last: bool = False  # batches in [B,S,S,3] memory (torch.channels_last strides)
-    schema: SampleSchema = field(default_factory=SampleSchema)  # label and extra fields
+    schemas: tuple[SampleSchema, ...] = (SampleSchema(),)  # per source: label, extra fields
+    source_ids: tuple[int, ...] | None = None  # batches carry "source": source_ids[i] for i
+    with_valid: bool = False  # batches carry "valid" (uneven="mask"): False for padding
 
 
 def _image_part(loc: Located) -> tuple[bytes, str]:
@@ -78,79 +80,97 @@ class BatchAssembler:
         self._dest: torch.Tensor | None = None  # the batch slot the next decode may write into
         self.replaced = 0
         self.bytes_read = 0
+        self.replaced_from: dict[str, int] = {}  # shard URL -> samples replaced, this batch
         self._fields = FieldBatcher()
+        self._labelled = any(s.label is not None for s in spec.schemas)
 
     def _rng(self, loc: Located) -> random.Random:
-        # bytes: keys from non-UTF-8 member names carry surrogates
-        return random.Random(f"{self.aug_seed}:{loc.sample.key}".encode("utf-8", "surrogateescape"))
+        # a repeat of a sample (an over-weighted source) and another source's sample of the
+        # same key get their own draws; bytes: keys of non-UTF-8 member names carry surrogates
+        key = loc.sample.key  # type: ignore[union-attr]
+        seed = (
+            f"{self.aug_seed}:{key}"
+            if (loc.source, loc.rep) == (0, 0)
+            else f"{self.aug_seed}:{loc.source}:{loc.rep}:{key}"
+        )
+        return random.Random(seed.encode("utf-8", "surrogateescape"))
 
     def _meta(self, loc: Located) -> tuple[int | None, dict[str, Any] | None]:
-        """The sample's label and fields (the schema's reading of its members)."""
+        """The sample's label and fields (its source's schema reading its members); the label
+        is -1 for a source without labels when others have them."""
+        sample = loc.sample
+        if sample is None:  # a placeholder for what a damaged shard could not give
+            raise SampleError(loc.error)
         try:
-            label, values = self.spec.schema.read(loc.sample.parts)
+            label, values = self.spec.schemas[loc.source].read(sample.parts)
             if values:
                 self._fields.check(values)
         except FieldError as exc:
-            raise SampleError(f"{loc.url}: sample {loc.sample.key!r}: {exc}") from None
-        return label, values
+            raise SampleError(f"{loc.url}: sample {sample.key!r}: {exc}") from None
+        return (-1 if label is None and self._labelled else label), values
 
     def _prepare(self, loc: Located) -> Decoded:
         """output="encoded": the image bytes, checked up to the header, with their augmentation
         draws (the same as ``_decode``'s), for a device-side decoder."""
-        data, _ext = _image_part(loc)
         label, values = self._meta(loc)
-        width, height = header_size(data, where=f"{loc.url}: sample {loc.sample.key!r}")
+        data, _ext = _image_part(loc)
+        key = loc.sample.key  # type: ignore[union-attr]
+        width, height = header_size(data, where=f"{loc.url}: sample {key!r}")
         params = train_params(height, width, self._rng(loc)) if self.spec.train else None
-        return (data, params), label, loc.sample.key, values
+        return (data, params), label, key, values, loc.source, not loc.pad
 
     def _decode(self, loc: Located) -> Decoded:
         if self.spec.output == "encoded":
             return self._prepare(loc)
+        label, values = self._meta(loc)
+        key = loc.sample.key  # type: ignore[union-attr]
         try:
             data, ext = _image_part(loc)
-            label, values = self._meta(loc)
-            key = loc.sample.key
             where = f"{loc.url}: sample {key!r}"
             if self.spec.train and self.spec.transform is None:
                 # a JPEG's crop is drawn from its header, so only the crop is decoded
                 size, rng = self.spec.image_size, self._rng(loc)
-                return train_sample(data, size, rng, self._dest, where=where), label, key, values
-            img = decode_rgb(data, ext, where=where)
-            if self.spec.transform is not None:
-                return self.spec.transform(img), label, key, values
-            return eval_augment(img, self.spec.image_size), label, key, values
+                img = train_sample(data, size, rng, self._dest, where=where)
+            else:
+                img = decode_rgb(data, ext, where=where)
+                if self.spec.transform is not None:
+                    img = self.spec.transform(img)
+                else:
+                    img = eval_augment(img, self.spec.image_size)
         except WdsToolError:
             raise
         except Exception as exc:  # a user transform or a decoder bug: name the sample
-            raise SampleError(
-                f"{loc.url}: sample {loc.sample.key!r}: {type(exc).__name__}: {exc}"
-            ) from exc
+            raise SampleError(f"{loc.url}: sample {key!r}: {type(exc).__name__}: {exc}") from exc
+        return img, label, key, values, loc.source, not loc.pad
 
     def decoded(self, samples: Iterable[Located]) -> Iterator[Decoded]:
-        """One (image, label, key, fields) per input sample. Under on_error="skip" a bad sample
-        is replaced by the worker's last good one (or, before any, by the next good one), so
-        the number of outputs always equals the number of inputs."""
+        """One (image, label, key, fields, source, valid) per input sample. Under
+        on_error="skip" a bad sample is replaced by the worker's last good one (or, before any,
+        by the next good one), so the number of outputs always equals the number of inputs; a
+        replacement is not ``valid`` (it repeats another sample)."""
         last_good: Located | None = None
         pending = 0
         for loc in samples:
-            self.bytes_read += sum(len(v) for v in loc.sample.parts.values())
+            if loc.sample is not None:
+                self.bytes_read += sum(len(v) for v in loc.sample.parts.values())
             try:
                 out = self._decode(loc)
                 last_good = loc
             except SampleError as exc:
                 if self.spec.on_error != "skip":
                     raise
-                log.warning("replacing a bad sample: %s", exc.message)
+                if loc.sample is not None:  # a damaged shard was logged once, by its reader
+                    log.warning("replacing a bad sample: %s", exc.message)
                 self.replaced += 1
+                self.replaced_from[loc.url] = self.replaced_from.get(loc.url, 0) + 1
                 if last_good is None:
                     pending += 1
                     continue
-                loc = last_good
-                out = self._decode(loc)
+                out = (*self._decode(last_good)[:5], False)
             yield out
             while pending:
                 pending -= 1
-                yield self._decode(loc)
+                yield (*self._decode(last_good)[:5], False)  # type: ignore[arg-type]
         if pending:
             raise SampleError(f"all {pending} samples of this worker's share are bad")
 
@@ -182,24 +202,20 @@ class BatchAssembler:
                     pixels, slot = self.pool.get(n, size, torch.uint8, cl)
                 else:
                     pixels = new_batch(n, size, self.shared, torch.uint8, cl)
-            labels = torch.empty(n, dtype=torch.int64) if self.spec.schema.label else None
-            keys: list[str] = []
-            rows: list[dict[str, Any]] = []
+            meta = _BatchMeta(n, self)
+            labels = meta.labels
             outputs: list[torch.Tensor] = []
             for i in range(n):
                 # train augmentation resizes straight into the slot (no copy of the result)
                 self._dest = None if pixels is None else pixels[i]
-                img, label, key, values = _next_sample(it, plan)
+                got = _next_sample(it, plan)
                 self._dest = None
+                img = got[0]
                 if pixels is None:
                     outputs.append(img)
                 elif img.data_ptr() != pixels[i].data_ptr():
                     pixels[i].copy_(img)
-                if labels is not None:
-                    labels[i] = label
-                keys.append(key)
-                if values is not None:
-                    rows.append(values)
+                meta.add(i, got)
             batch = torch.stack(outputs) if pixels is None else pixels
             if pixels is None and cl and batch.dim() == 4:  # a user transform's images
                 batch = batch.contiguous(memory_format=torch.channels_last)
@@ -218,10 +234,7 @@ class BatchAssembler:
                     shared.labels[slot, :n] = labels
                     labels = Pooled(shared.key, "labels", slot, n)  # type: ignore[assignment]
             out_batch: dict[str, Any] = {"pixel_values": batch}
-            if labels is not None:
-                out_batch["labels"] = labels
-            out_batch["keys"] = keys
-            out_batch.update(FieldBatcher.collate(rows))
+            meta.into(out_batch, labels)
             out_batch.update(
                 num_replaced=self.replaced - before,
                 num_bytes=self.bytes_read - bytes_before,
@@ -238,20 +251,15 @@ class BatchAssembler:
             datas: list[bytes] = []
             crops = torch.zeros((n, 4), dtype=torch.int32)
             flips = torch.zeros(n, dtype=torch.bool)
-            labels = torch.empty(n, dtype=torch.int64) if self.spec.schema.label else None
-            keys: list[str] = []
-            rows: list[dict[str, Any]] = []
+            meta = _BatchMeta(n, self)
             for i in range(n):
-                (data, params), label, key, values = _next_sample(it, plan)
+                got = _next_sample(it, plan)
+                data, params = got[0]
                 datas.append(data)
                 if params is not None:
                     crops[i] = torch.tensor(params[:4], dtype=torch.int32)
                     flips[i] = params[4]
-                if labels is not None:
-                    labels[i] = label
-                keys.append(key)
-                if values is not None:
-                    rows.append(values)
+                meta.add(i, got)
             offsets = torch.tensor(
                 [0, *itertools.accumulate(len(d) for d in datas)], dtype=torch.int64
             )
@@ -264,13 +272,52 @@ class BatchAssembler:
                 "crops": crops,
                 "flips": flips,
             }
-            if labels is not None:
-                out["labels"] = labels
-            out["keys"] = keys
-            out.update(FieldBatcher.collate(rows))
+            meta.into(out, meta.labels)
             out.update(
                 num_replaced=self.replaced - before,
                 num_bytes=self.bytes_read - bytes_before,
                 buffer_slot=-1,
             )
             yield out
+
+
+class _BatchMeta:
+    """Everything a batch carries besides the pixels, collected sample by sample: labels (when
+    any source has them), keys, fields, sources and valid flags (when asked for), and which
+    shards the batch's replaced samples came from."""
+
+    def __init__(self, n: int, assembler: BatchAssembler) -> None:
+        spec = assembler.spec
+        self.assembler = assembler
+        self.labels = torch.empty(n, dtype=torch.int64) if assembler._labelled else None
+        self.keys: list[str] = []
+        self.rows: list[dict[str, Any]] = []
+        self.ids = spec.source_ids
+        self.sources = torch.empty(n, dtype=torch.int64) if self.ids is not None else None
+        self.valid = torch.empty(n, dtype=torch.bool) if spec.with_valid else None
+        assembler.replaced_from = {}
+
+    def add(self, i: int, got: Decoded) -> None:
+        _img, label, key, values, source, valid = got
+        if self.labels is not None:
+            self.labels[i] = label
+        self.keys.append(key)
+        if values is not None:
+            self.rows.append(values)
+        if self.sources is not None:
+            self.sources[i] = self.ids[source]  # type: ignore[index]
+        if self.valid is not None:
+            self.valid[i] = valid
+
+    def into(self, batch: dict[str, Any], labels: Any) -> None:
+        """Add the entries to ``batch`` (``labels`` as given: it may be pooled by now)."""
+        if labels is not None:
+            batch["labels"] = labels
+        batch["keys"] = self.keys
+        if self.sources is not None:
+            batch["source"] = self.sources
+        if self.valid is not None:
+            batch["valid"] = self.valid
+        batch.update(FieldBatcher.collate(self.rows))
+        if self.assembler.replaced_from:
+            batch["replaced_from"] = dict(self.assembler.replaced_from)

@@ -34,6 +34,7 @@ class LoaderConfig:
     output: Output = Output.UINT8
     on_error: OnError = OnError.RAISE
     channels_last: bool = False
+    max_replaced: int | float | None = None  # samples a rank may replace per epoch (or a share)
 
     def __post_init__(self) -> None:
         for name in ("uneven", "output", "on_error"):
@@ -52,3 +53,14 @@ class LoaderConfig:
             raise ConfigError(f"shuffle_buffer must be >= 0, got {self.shuffle_buffer}")
         if self.num_workers < 0:
             raise ConfigError(f"num_workers must be >= 0, got {self.num_workers}")
+        m = self.max_replaced
+        if m is not None and (
+            isinstance(m, bool)
+            or not isinstance(m, int | float)
+            or (isinstance(m, int) and m < 0)
+            or (isinstance(m, float) and not 0 <= m < 1)
+        ):
+            raise ConfigError(
+                f"max_replaced={m!r}: give a count (an int >= 0) or a share of the rank's epoch "
+                "(a float in [0, 1))"
+            )

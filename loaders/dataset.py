@@ -2,13 +2,15 @@
 
 It yields whole batches (the DataLoader runs with ``batch_size=None``). The epoch lives in
 shared memory so that ``set_epoch`` reaches persistent workers; a resumed epoch's plan comes from
-:class:`Resume` (set by ``StreamingLoader.load_state_dict`` before the workers start).
+:class:`Resume` (set by ``StreamingLoader.load_state_dict`` before the workers start), with the
+mixture that epoch was planned with, which may differ from the loader's own from the next epoch.
 """
 
 from __future__ import annotations
 
+import hashlib
 import multiprocessing as mp
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,9 +19,18 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from loaders.batch import BatchAssembler, DecodeSpec
 from loaders.config import LoaderConfig, Output
-from loaders.plan import RankPlan, Segment, num_batches, plan_epoch, plan_resumed
+from loaders.plan import (
+    MixSource,
+    Mixture,
+    RankPlan,
+    Segment,
+    Uneven,
+    num_batches,
+    plan_epoch,
+    plan_resumed,
+)
 from loaders.pool import BufferPool, SharedPool
-from loaders.read import shard_reader, worker_stream
+from loaders.read import SourceReader, shard_reader, worker_stream
 from loaders.schema import SampleSchema
 from loaders.source import DatasetIndex, ShardAccess
 from loaders.topology import Topology
@@ -28,25 +39,60 @@ from wdstool.base.errors import ConfigError
 POOL_SLOTS = 8  # reusable batch buffers per worker (prefetch_factor 4 + batches in flight)
 
 
+@dataclass(frozen=True)
+class LoaderSource:
+    """One data set the loader reads: where (index, storage), what a sample carries (schema),
+    and its weight in the mixture."""
+
+    url: str
+    index: DatasetIndex
+    access: ShardAccess
+    schema: SampleSchema
+    weight: float = 1.0
+
+    @property
+    def key(self) -> int:
+        """A stable integer from the data set's identity: seeds the source's walk."""
+        return int(hashlib.sha256(self.index.identity.encode()).hexdigest()[:15], 16)
+
+    def reader(self) -> SourceReader:
+        return SourceReader(self.index, self.access, self.schema.extensions)
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Where an interrupted epoch stopped: the segments it ran (topology and batches each), the
+    mixture it was planned with, and which of the loader's sources each of that mixture's
+    sources is (``sources[i]``: an index into the loader's sources)."""
+
+    epoch: int
+    history: tuple[Segment, ...]
+    mixture: Mixture
+    sources: tuple[int, ...]
+
+
 class ShardStreamDataset(IterableDataset):
     """Yields this rank's batches for the current epoch; one worker's share in each worker."""
 
     def __init__(
         self,
-        index: DatasetIndex,
+        sources: Sequence[LoaderSource],
         config: LoaderConfig,
         topology: Topology,
         *,
         transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
-        access: ShardAccess | None = None,
-        schema: SampleSchema | None = None,
+        epoch_size: int | None = None,
+        with_source: bool = False,
     ) -> None:
-        self.index = index
+        self.sources = tuple(sources)
         self.config = config
         self.topology = topology
         self.transform = transform
-        self.schema = schema or SampleSchema()
-        self.access = access or ShardAccess()
+        self.with_source = with_source
+        self.mixture = Mixture(
+            tuple(MixSource(s.index.sizes, s.weight, s.key) for s in self.sources),
+            epoch_size,
+        )
         # shared with (persistent) workers: [epoch]
         self._shared = mp.get_context().RawArray("q", 1)
         # batch buffer slots per worker: 1 = the main process is done with it (BufferPool)
@@ -67,12 +113,17 @@ class ShardStreamDataset(IterableDataset):
         self.resume: Resume | None = None
         self._resumed_plan: tuple[Resume, RankPlan] | None = None
         self._len = num_batches(
-            index.num_samples,
+            self.mixture.total,
             world_size=topology.world_size,
             batch_size=config.batch_size,
             uneven=config.uneven,
             drop_last=config.drop_last,
         )
+
+    @property
+    def index(self) -> DatasetIndex:
+        """The first source's index (the only one of a single-source loader)."""
+        return self.sources[0].index
 
     @property
     def epoch(self) -> int:
@@ -95,6 +146,11 @@ class ShardStreamDataset(IterableDataset):
             )
         return self._pool
 
+    def resumed(self, epoch: int | None = None) -> Resume | None:
+        """The resume state if ``epoch`` (default: the current one) is the interrupted one."""
+        epoch = self.epoch if epoch is None else epoch
+        return self.resume if self.resume is not None and self.resume.epoch == epoch else None
+
     def plan(self, epoch: int | None = None) -> RankPlan:
         c = self.config
         epoch = self.epoch if epoch is None else epoch
@@ -109,12 +165,12 @@ class ShardStreamDataset(IterableDataset):
             uneven=c.uneven,
             drop_last=c.drop_last,
         )
-        resume = self.resume
-        if resume is None or resume.epoch != epoch:
-            return plan_epoch(self.index.sizes, **args)  # type: ignore[arg-type]
+        resume = self.resumed(epoch)
+        if resume is None:
+            return plan_epoch(self.mixture, **args)  # type: ignore[arg-type]
         if self._resumed_plan is None or self._resumed_plan[0] != resume:
             plan = plan_resumed(
-                self.index.sizes,
+                resume.mixture,
                 resume.history,
                 shuffle_buffer=c.shuffle_buffer,
                 **args,  # type: ignore[arg-type]
@@ -133,10 +189,14 @@ class ShardStreamDataset(IterableDataset):
             )
         c = self.config
         plan = self.plan()
+        resume = self.resumed()
+        # the plan's source i is the loader's source ids[i] (another mixture after a resume)
+        ids = resume.sources if resume is not None else tuple(range(len(self.sources)))
+        sources = [self.sources[i] for i in ids]
         wplan = plan.workers[(worker + plan.rotation) % len(plan.workers)]
         samples = worker_stream(
             wplan,
-            shard_reader(self.index, self.access, self.schema.extensions),
+            shard_reader([s.reader() for s in sources], skip_damaged=c.on_error.value == "skip"),
             shuffle_buffer=c.shuffle_buffer if c.shuffle else 0,
             batch_size=c.batch_size,
         )
@@ -148,18 +208,12 @@ class ShardStreamDataset(IterableDataset):
                 transform=self.transform,
                 on_error=c.on_error.value,
                 channels_last=c.channels_last,
-                schema=self.schema,
+                schemas=tuple(s.schema for s in sources),
+                source_ids=ids if self.with_source else None,
+                with_valid=c.uneven is Uneven.MASK,
             ),
             f"aug:{c.seed}:{self.epoch}",
             shared=info is not None,
             pool=self._worker_pool(worker) if info is not None else None,
         )
         yield from assembler.batches(samples, wplan, c.batch_size)
-
-
-@dataclass(frozen=True)
-class Resume:
-    """Where an interrupted epoch stopped: the segments it ran (topology and batches each)."""
-
-    epoch: int
-    history: tuple[Segment, ...]

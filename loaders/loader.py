@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import math
 import os
 import signal
 import weakref
@@ -20,12 +21,13 @@ from torch.utils.data import DataLoader
 
 from loaders.config import LoaderConfig
 from loaders.dataset import ShardStreamDataset
+from loaders.mixing import SourceArg, loader_sources
 from loaders.pool import Pooled
-from loaders.schema import FieldsFn, SampleSchema
-from loaders.source import ShardAccess, resolve_source
+from loaders.schema import FieldsFn
+from loaders.source import ShardAccess
 from loaders.state import restore_state, save_state
 from loaders.topology import Topology, cores_per_rank, detect_topology
-from wdstool.base.errors import ConfigError
+from wdstool.base.errors import ConfigError, ShardError
 from wdstool.base.retry import DEFAULT_RETRY, RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -50,7 +52,8 @@ class StreamingLoader:
         self.dataloader = dataloader
         self._dataloader_kwargs = dataloader_kwargs
         self._started = False
-        self.num_replaced = 0
+        self.num_replaced = 0  # all epochs
+        self.replaced_from: dict[str, int] = {}  # this epoch: shard URL -> samples replaced
         self._outstanding: list[tuple[weakref.ref[torch.Tensor], int]] = []
         self.buffers_returned = 0  # batch buffers handed back to workers for reuse
         self.batches_delivered = 0  # in the current pass over the loader
@@ -80,9 +83,20 @@ class StreamingLoader:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         self._started = True
         self.batches_delivered = 0
+        self.replaced_from = {}
         expected = len(self)
+        budget = self._budget()
         for batch in self.dataloader:
-            self.num_replaced += int(batch.pop("num_replaced", 0))
+            replaced = int(batch.pop("num_replaced", 0))
+            self.num_replaced += replaced
+            for url, n in batch.pop("replaced_from", {}).items():
+                self.replaced_from[url] = self.replaced_from.get(url, 0) + n
+            if replaced and budget is not None and sum(self.replaced_from.values()) > budget:
+                raise ShardError(
+                    f"rank {self.topology.rank}: {sum(self.replaced_from.values())} samples "
+                    f"replaced in epoch {self.epoch}, over max_replaced={self.config.max_replaced} "
+                    f"({budget} samples): {_where(self.replaced_from)}"
+                )
             self.bytes_read += int(batch.pop("num_bytes", 0))
             slot = int(batch.pop("buffer_slot", -1))
             if batch.pop("pooled", False):
@@ -102,6 +116,23 @@ class StreamingLoader:
             raise RuntimeError(
                 f"internal error: delivered {self.batches_delivered} batches, planned {expected}"
             )
+        if self.replaced_from:
+            log.warning(
+                "epoch %d, rank %d: replaced %d unreadable samples (on_error='skip'): %s",
+                self.epoch,
+                self.topology.rank,
+                sum(self.replaced_from.values()),
+                _where(self.replaced_from),
+            )
+
+    def _budget(self) -> int | None:
+        """How many samples this rank may replace this epoch (``max_replaced``), or None."""
+        limit = self.config.max_replaced
+        if limit is None:
+            return None
+        if isinstance(limit, float):
+            return math.floor(limit * self.dataset.plan().num_samples)
+        return limit
 
     def _recycle(self, slot: int, pixels: torch.Tensor | None) -> None:
         """Give workers back the buffers of batches nobody references any more (a view keeps
@@ -135,6 +166,12 @@ class StreamingLoader:
             self.dataloader = DataLoader(self.dataset, **self._dataloader_kwargs)
 
 
+def _where(counts: dict[str, int], most: int = 5) -> str:
+    top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    text = ", ".join(f"{url} ({n})" for url, n in top[:most])
+    return text + (f" and {len(top) - most} more shards" if len(top) > most else "")
+
+
 def _worker_init(_worker_id: int) -> None:
     """Ctrl-C reaches the whole process group. torch's worker loop swallows KeyboardInterrupt and
     exits cleanly, which can leave the main process waiting for a batch forever; so workers
@@ -153,12 +190,13 @@ def default_num_workers() -> int:
 
 
 def make_loader(
-    source: str | os.PathLike[str],
+    source: SourceArg,
     batch_size: int = 64,
     *,
     label: str | None = "cls",
     fields: Mapping[str, str] | None = None,
     fields_fn: FieldsFn | None = None,
+    epoch_size: int | None = None,
     image_size: int = 224,
     train: bool = True,
     shuffle: bool = True,
@@ -176,6 +214,7 @@ def make_loader(
     channels_last: bool = False,
     transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
     on_error: str = "raise",
+    max_replaced: int | float | None = None,
     storage_options: dict[str, Any] | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
     cache_limit: int | str | None = None,
@@ -218,7 +257,6 @@ def make_loader(
     safely by all workers and ranks on the host.
     """
     workers = default_num_workers() if num_workers is None else num_workers
-    schema = SampleSchema.build(label, fields, fields_fn)
     config = LoaderConfig(
         batch_size=batch_size,
         image_size=image_size,
@@ -232,6 +270,7 @@ def make_loader(
         output=output,
         on_error=on_error,
         channels_last=channels_last,
+        max_replaced=max_replaced,
     )
     if prefetch_factor < 1:
         raise ConfigError(f"prefetch_factor must be >= 1, got {prefetch_factor}")
@@ -249,13 +288,26 @@ def make_loader(
         retry=retry or DEFAULT_RETRY,
     )
     topology = detect_topology(rank, world_size)
-    index = resolve_source(source, storage_options)
-    dataset = ShardStreamDataset(
-        index, config, topology, transform=transform, access=access, schema=schema
+    sources, with_source = loader_sources(
+        source,
+        label=label,
+        fields=fields,
+        fields_fn=fields_fn,
+        storage_options=storage_options,
+        access=access,
     )
+    dataset = ShardStreamDataset(
+        sources,
+        config,
+        topology,
+        transform=transform,
+        epoch_size=epoch_size,
+        with_source=with_source,
+    )
+    total = dataset.mixture.total
     if len(dataset) == 0:
         raise ConfigError(
-            f"{source}: {index.num_samples} samples over {topology.world_size} ranks give no "
+            f"{source}: {total} samples over {topology.world_size} ranks give no "
             f"batch of {batch_size} with drop_last=True; lower batch_size or set drop_last=False"
         )
     if pin_memory is None:
@@ -271,9 +323,11 @@ def make_loader(
     kwargs.update(batch_size=None, num_workers=workers, pin_memory=pin_memory)
     dataloader = DataLoader(dataset, **kwargs)
     log.info(
-        "loader: %d samples in %d shards, rank %d/%d, %d workers, %d batches of %d per epoch",
-        index.num_samples,
-        len(index.urls),
+        "loader: %d samples per epoch from %d shards of %d sources, rank %d/%d, %d workers, "
+        "%d batches of %d per epoch",
+        total,
+        sum(len(s.index.urls) for s in sources),
+        len(sources),
         topology.rank,
         topology.world_size,
         workers,

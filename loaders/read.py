@@ -12,13 +12,15 @@ import bisect
 import contextlib
 import itertools
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from loaders.plan import (
     Item,
+    Mix,
+    Piece,
     Slice,
     WorkerPlan,
     block_permutation,
@@ -27,8 +29,9 @@ from loaders.plan import (
     shuffle_blocks,
     take_items,
 )
+from loaders.plan.interleave import sources_in_order
 from loaders.source import DatasetIndex, ShardAccess
-from wdstool.base.errors import ShardError
+from wdstool.base.errors import ShardError, StorageError, WdsToolError
 from wdstool.format.images import IMAGE_EXTENSIONS
 from wdstool.format.tar_read import Sample, TarSampleReader
 
@@ -38,10 +41,26 @@ KEPT_EXTENSIONS = frozenset(IMAGE_EXTENSIONS | {"cls"})  # what the default sche
 
 @dataclass(frozen=True, slots=True)
 class Located:
-    """A sample with where it came from (for error messages)."""
+    """A sample with where it came from: shard URL, source, repeat and padding marks. A planned
+    sample that could not be read (a damaged shard under ``on_error="skip"``) has no ``sample``
+    and says why in ``error``; it is replaced downstream like a bad image."""
 
     url: str
-    sample: Sample
+    sample: Sample | None
+    source: int = 0
+    rep: int = 0
+    pad: bool = False
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class SourceReader:
+    """How a worker reads one source's shards: its index, storage access and the member
+    extensions its schema wants; picklable."""
+
+    index: DatasetIndex
+    access: ShardAccess = field(default_factory=ShardAccess)
+    keep: frozenset[str] = KEPT_EXTENSIONS
 
 
 class _OpenAhead:
@@ -93,10 +112,16 @@ def read_slices(
     index: DatasetIndex,
     access: ShardAccess | None = None,
     keep: frozenset[str] = KEPT_EXTENSIONS,
+    *,
+    skip_damaged: bool = False,
 ) -> Iterator[Located]:
     """Yield the samples of each slice, in order: skip ``start`` samples by headers alone, then
-    yield ``stop - start``. A shard with fewer samples than the manifest says is an error.
-    Remote shards are opened one ahead."""
+    yield ``stop - start``. Remote shards are opened one ahead.
+
+    A shard that is missing, unreadable after the retries, cut short or corrupt is an error
+    naming it; with ``skip_damaged`` its planned samples that could not be read are yielded as
+    placeholders instead (logged once per slice with the byte offset), so every plan position
+    is still filled and no other rank or worker reads anything different."""
     access = access or ShardAccess()
     slices = list(slices)
 
@@ -108,25 +133,42 @@ def read_slices(
     try:
         for pos, s in enumerate(slices):
             url = index.urls[s.shard]
-            with ahead.take(pos, s) as f:
-                if pos + 1 < len(slices):
-                    nxt = slices[pos + 1]
-                    if access.is_remote(index.urls[nxt.shard]):
-                        f.peek(1)  # this shard's request goes first
-                        ahead.start(pos + 1, nxt)
-                reader = TarSampleReader(f, url, keep=keep.__contains__)
-                if s.start:
-                    reader.skip(s.start)
-                it = iter(reader)
-                for i in range(s.stop - s.start):
-                    try:
-                        sample = next(it)
-                    except StopIteration:
-                        raise ShardError(
-                            f"{url}: ends after {s.start + i} samples; the manifest promised at "
-                            f"least {s.stop} (re-pack, or run `wdstool verify`)"
-                        ) from None
-                    yield Located(url, sample)
+            done = 0
+            reader: TarSampleReader | None = None
+            try:
+                with ahead.take(pos, s) as f:
+                    if pos + 1 < len(slices):
+                        nxt = slices[pos + 1]
+                        if access.is_remote(index.urls[nxt.shard]):
+                            f.peek(1)  # this shard's request goes first
+                            ahead.start(pos + 1, nxt)
+                    reader = TarSampleReader(f, url, keep=keep.__contains__)
+                    if s.start:
+                        reader.skip(s.start)
+                    it = iter(reader)
+                    for i in range(len(s)):
+                        try:
+                            sample = next(it)
+                        except StopIteration:
+                            raise ShardError(
+                                f"{url}: ends after {s.start + i} samples; the manifest promised "
+                                f"at least {s.stop} (re-pack, or run `wdstool verify`)"
+                            ) from None
+                        yield Located(url, sample, s.source, s.rep, s.pad)
+                        done += 1
+            except (ShardError, StorageError, OSError) as exc:
+                if not skip_damaged:
+                    raise
+                why = exc.message if isinstance(exc, WdsToolError) else f"{url}: {exc}"
+                at = reader.offset if reader is not None else 0
+                log.warning(
+                    "damaged shard: %s (from byte %d); replacing its %d remaining planned samples",
+                    why,
+                    at,
+                    len(s) - done,
+                )
+                for _ in range(len(s) - done):
+                    yield Located(url, None, s.source, s.rep, s.pad, f"{why} (byte {at})")
     finally:
         ahead.close()
 
@@ -135,44 +177,69 @@ ReadRun = Callable[[list[Slice]], Iterator[Any]]
 
 
 def read_items(items: Iterable[Item], read_run: ReadRun) -> Iterator[Any]:
-    """Yield the samples of slices and pieces (a resumed epoch's remaining samples), in order.
-    ``read_run`` reads a run of consecutive slices (one open-ahead reader for the run); a piece
-    with exclusions reads its base items (at most one shuffle block) and drops the excluded."""
+    """Yield the samples of slices, mixes and pieces, in order. ``read_run`` reads a run of
+    consecutive slices of one source (one open-ahead reader for the run); a mix reads each
+    source's part and interleaves them; a piece with exclusions reads its base items (at most
+    one shuffle block) and drops the excluded. Items marked ``pad`` yield padding samples."""
     run: list[Slice] = []
     for it in items:
         if isinstance(it, Slice):
+            if run and run[-1].source != it.source:
+                yield from read_run(run)
+                run = []
             run.append(it)
             continue
         if run:
             yield from read_run(run)
             run = []
-        if not it.exclude:
-            yield from read_items(take_items(list(it.base), it.lo, len(it)), read_run)
-            continue
-        kept = it.kept()
-        if not len(kept):
-            continue
-        keep = set(kept.tolist())
-        last = int(kept[-1])
-        for i, loc in enumerate(read_items(list(it.base), read_run)):
-            if i in keep:
-                yield loc
-            if i >= last:
-                break
+        stream = _read_mix(it, read_run) if isinstance(it, Mix) else _read_piece(it, read_run)
+        if it.pad:
+            stream = (replace(x, pad=True) if isinstance(x, Located) else x for x in stream)
+        yield from stream
     if run:
         yield from read_run(run)
 
 
+def _read_mix(mix: Mix, read_run: ReadRun) -> Iterator[Any]:
+    streams = [read_items(part, read_run) for part in mix.per_source()]
+    for i in sources_in_order(mix.spans, mix.lo, mix.hi):
+        yield next(streams[i])
+
+
+def _read_piece(piece: Piece, read_run: ReadRun) -> Iterator[Any]:
+    if not piece.exclude:
+        yield from read_items(take_items(list(piece.base), piece.lo, len(piece)), read_run)
+        return
+    kept = piece.kept()
+    if not len(kept):
+        return
+    keep = set(kept.tolist())
+    last = int(kept[-1])
+    for i, loc in enumerate(read_items(list(piece.base), read_run)):
+        if i in keep:
+            yield loc
+        if i >= last:
+            break
+
+
 def shard_reader(
-    index: DatasetIndex,
+    index: DatasetIndex | Sequence[SourceReader],
     access: ShardAccess | None = None,
     keep: frozenset[str] = KEPT_EXTENSIONS,
+    *,
+    skip_damaged: bool = False,
 ) -> ReadRun:
-    """Reads runs of slices, keeping only the members whose extension is in ``keep`` (the
-    others are skipped without being read)."""
+    """Reads runs of slices of one source, keeping only the members whose extension its reader
+    wants (the others are skipped without being read). ``index`` is one source's index, or one
+    :class:`SourceReader` per source of a mixture."""
+    if isinstance(index, DatasetIndex):
+        readers: Sequence[SourceReader] = [SourceReader(index, access or ShardAccess(), keep)]
+    else:
+        readers = index
 
     def read_run(run: list[Slice]) -> Iterator[Located]:
-        return read_slices(run, index, access, keep)
+        r = readers[run[0].source]
+        return read_slices(run, r.index, r.access, r.keep, skip_damaged=skip_damaged)
 
     return read_run
 

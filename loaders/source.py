@@ -186,3 +186,40 @@ class ShardAccess:
             return f
         cache = ShardCache(self.cache_dir, self.cache_limit)
         return cache.open(url, f, reopen=reopen, version=sha256, size=size)
+
+
+class _Inherit:
+    def __repr__(self) -> str:
+        return "INHERIT"
+
+
+INHERIT: Any = _Inherit()  # a Source setting left to make_loader's argument of the same name
+
+
+@dataclass(frozen=True)
+class Source:
+    """One data set of a mixture: ``make_loader([Source(url, weight=0.7), Source(...)])``.
+
+    ``weight``: its relative share of each epoch (any positive number). ``label``, ``fields``,
+    ``fields_fn`` and ``storage_options`` default to ``make_loader``'s arguments of the same
+    name; set them here for a source whose samples look different (``label="json:class_id"``)
+    or that lives elsewhere (another S3 endpoint)."""
+
+    url: str | os.PathLike[str]
+    weight: float = 1.0
+    label: Any = INHERIT
+    fields: Any = INHERIT
+    fields_fn: Any = INHERIT
+    storage_options: Any = INHERIT
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "url", os.fspath(self.url))
+        w = self.weight
+        if isinstance(w, bool) or not isinstance(w, int | float) or not w > 0 or w != w:
+            raise ConfigError(f"source {self.url}: weight must be a number > 0, got {w!r}")
+        if w == float("inf"):
+            raise ConfigError(f"source {self.url}: weight must be finite, got {w!r}")
+
+    def get(self, name: str, default: Any) -> Any:
+        value = getattr(self, name)
+        return default if value is INHERIT else value

@@ -1,8 +1,13 @@
 """The loader's saved state: small, versioned, validated on load.
 
 A state is where an epoch stopped: the epoch, and the segments it ran (topology and batches
-delivered each), plus what must match to resume (the data set's identity, seed and shuffle
-settings). Everything else is recomputed by the plan (``loaders.plan.resume``).
+delivered each), the mixture that epoch was planned with (each source's identity, URL, weight,
+and the sources' cursors), plus what must match to resume (seed and shuffle settings).
+Everything else is recomputed by the plan (``loaders.plan.resume``).
+
+Resuming with other sources or weights finishes the interrupted epoch as it was planned (its
+sources are found among the loader's by identity) and applies the loader's own mixture from the
+next epoch on, every source's cursor carried over (a new source starts at 0).
 """
 
 from __future__ import annotations
@@ -10,11 +15,12 @@ from __future__ import annotations
 from typing import Any
 
 from loaders.dataset import Resume, ShardStreamDataset
-from loaders.plan import Segment
+from loaders.plan import MixSource, Mixture, Segment
 from wdstool.base.errors import ConfigError
 
 STATE_FORMAT = "wdstool.loader-state"
-STATE_VERSION = 1
+STATE_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 
 def _segment(ds: ShardStreamDataset, batches: int) -> Segment:
@@ -25,9 +31,10 @@ def save_state(ds: ShardStreamDataset, batches_delivered: int) -> dict[str, Any]
     """The state of ``ds`` after ``batches_delivered`` batches of the current pass: a small
     JSON-serialisable dict."""
     c = ds.config
-    resume = ds.resume if ds.resume is not None and ds.resume.epoch == ds.epoch else None
+    resume = ds.resumed()
     if resume is None:
         history: list[Segment] = [_segment(ds, batches_delivered)]
+        mixture, ids = ds.mixture, tuple(range(len(ds.sources)))
     else:
         plan = ds.plan()
         history = list(resume.history)
@@ -41,11 +48,13 @@ def save_state(ds: ShardStreamDataset, batches_delivered: int) -> dict[str, Any]
             history[-1] = _segment(ds, plan.resume_at + batches_delivered)
         else:
             history.append(_segment(ds, batches_delivered))
+        mixture, ids = resume.mixture, resume.sources
+    cursors = mixture.cursors_at(ds.epoch)
     return {
         "format": STATE_FORMAT,
         "version": STATE_VERSION,
-        "dataset": ds.index.identity,
-        "num_samples": ds.index.num_samples,
+        "dataset": ds.sources[ids[0]].index.identity,
+        "num_samples": mixture.total,
         "epoch": ds.epoch,
         "rank": ds.topology.rank,
         "batches": history[-1].batches,
@@ -63,27 +72,35 @@ def save_state(ds: ShardStreamDataset, batches_delivered: int) -> dict[str, Any]
             }
             for g in history
         ],
+        "mixture": {
+            "epoch_size": mixture.epoch_size,
+            "sources": [
+                {
+                    "identity": ds.sources[i].index.identity,
+                    "url": ds.sources[i].url,
+                    "weight": src.weight,
+                    "num_samples": src.num_samples,
+                    "cursor": cursor,
+                }
+                for i, src, cursor in zip(ids, mixture.sources, cursors, strict=True)
+            ],
+        },
     }
 
 
 def restore_state(ds: ShardStreamDataset, state: dict[str, Any]) -> None:
-    """Point ``ds`` at the rest of the epoch ``state`` was saved in. Raises ConfigError for a
-    state of another data set, another version, or other shuffle settings; the history is
-    checked against this data set here, not in a worker."""
+    """Point ``ds`` at the rest of the epoch ``state`` was saved in, and carry the sources'
+    cursors into its own mixture from the next epoch. Raises ConfigError for a state whose
+    interrupted epoch needs a source this loader does not read, of another version, or with other
+    shuffle settings; the history is checked against the data here, not in a worker."""
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
         raise ConfigError("not a wdstool loader state (missing 'format')")
-    if state.get("version") != STATE_VERSION:
+    if state.get("version") not in READABLE_VERSIONS:
         raise ConfigError(
             f"loader state version {state.get('version')!r} is not supported "
-            f"(this wdstool reads version {STATE_VERSION})"
+            f"(this wdstool reads versions {', '.join(map(str, READABLE_VERSIONS))})"
         )
     c = ds.config
-    if state.get("dataset") != ds.index.identity:
-        raise ConfigError(
-            "the loader state belongs to another data set (manifest identity "
-            f"{str(state.get('dataset'))[:12]}..., this one {ds.index.identity[:12]}...); "
-            "refusing to restart from zero silently"
-        )
     for key, mine in (
         ("seed", c.seed),
         ("shuffle", c.shuffle),
@@ -107,10 +124,71 @@ def restore_state(ds: ShardStreamDataset, state: dict[str, Any]) -> None:
             )
             for g in state["segments"]
         )
-    except (KeyError, TypeError, ValueError) as exc:
+        saved = _saved_sources(state)
+        epoch_size = state.get("mixture", {}).get("epoch_size")
+        epoch_size = None if epoch_size is None else int(epoch_size)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ConfigError(f"malformed loader state: {exc!r}") from None
-    if not history or epoch < 0:
-        raise ConfigError("malformed loader state: no segments")
+    if not history or epoch < 0 or not saved:
+        raise ConfigError("malformed loader state: no segments or no sources")
+    old, ids = _interrupted_mixture(ds, saved, epoch_size, epoch)
     ds.set_epoch(epoch)
-    ds.resume = Resume(epoch, history)
+    ds.resume = Resume(epoch, history, old, ids)
+    ds.mixture = _carried(ds, old, ids, epoch + 1)
     ds.plan()
+
+
+def _saved_sources(state: dict[str, Any]) -> list[dict[str, Any]]:
+    mixture = state.get("mixture")
+    if mixture is None:  # version 1: one data set, whole, every epoch
+        return [{"identity": str(state["dataset"]), "url": "", "weight": 1.0, "cursor": 0}]
+    out = []
+    for s in mixture["sources"]:
+        weight = float(s["weight"])
+        if not weight > 0:
+            raise ValueError(f"weight {weight!r}")
+        out.append(
+            {
+                "identity": str(s["identity"]),
+                "url": str(s.get("url", "")),
+                "weight": weight,
+                "cursor": int(s["cursor"]),
+            }
+        )
+    return out
+
+
+def _interrupted_mixture(
+    ds: ShardStreamDataset, saved: list[dict[str, Any]], epoch_size: int | None, epoch: int
+) -> tuple[Mixture, tuple[int, ...]]:
+    """The mixture the interrupted epoch was planned with, over the loader's sources found by
+    identity (in order, so a data set listed twice is matched twice)."""
+    free = list(range(len(ds.sources)))
+    ids, sources, cursors = [], [], []
+    for n, s in enumerate(saved):
+        match = next((i for i in free if ds.sources[i].index.identity == s["identity"]), None)
+        if match is None:
+            where = s["url"] or f"identity {s['identity'][:12]}..."
+            raise ConfigError(
+                f"the loader state belongs to another data set: its epoch {epoch} still needs "
+                f"{where} (source {n} of the saved mixture), which this loader does not read; "
+                "add it back to finish that epoch, or start a fresh epoch without the state"
+            )
+        free.remove(match)
+        src = ds.sources[match]
+        ids.append(match)
+        sources.append(MixSource(src.index.sizes, s["weight"], src.key))
+        cursors.append(s["cursor"])
+    mixture = Mixture(tuple(sources), epoch_size, start_epoch=epoch, cursors=tuple(cursors))
+    return mixture, tuple(ids)
+
+
+def _carried(ds: ShardStreamDataset, old: Mixture, ids: tuple[int, ...], start: int) -> Mixture:
+    """The loader's own mixture from epoch ``start`` on, each source's cursor carried over from
+    the interrupted epoch's end (0 for a source that was not in it)."""
+    after = old.cursors_at(start)
+    cursors = [0] * len(ds.sources)
+    for i, c in zip(ids, after, strict=True):
+        cursors[i] = c
+    own = ds.mixture
+    return Mixture(own.sources, own.epoch_size, start_epoch=start, cursors=tuple(cursors))

@@ -9,6 +9,7 @@ every rank, determinism, resume = continuation) is a property of these modules:
 """
 
 from loaders.plan.epoch import (
+    EpochItems,
     RankPlan,
     Uneven,
     WorkerPlan,
@@ -17,18 +18,24 @@ from loaders.plan.epoch import (
     plan_epoch,
     samples_per_rank,
 )
-from loaders.plan.items import Item, Piece, Slice, take_items
+from loaders.plan.items import Item, Mix, Piece, Slice, take_items
+from loaders.plan.mixture import MixSource, Mixture, apportion
 from loaders.plan.resume import Segment, plan_resumed, remaining_items
 from loaders.plan.shuffle import block_permutation, block_seed, first_block, shuffle_blocks
 
 __all__ = [
+    "EpochItems",
     "Item",
+    "Mix",
+    "MixSource",
+    "Mixture",
     "Piece",
     "RankPlan",
     "Segment",
     "Slice",
     "Uneven",
     "WorkerPlan",
+    "apportion",
     "block_permutation",
     "block_seed",
     "first_block",

@@ -1,9 +1,12 @@
-"""The plan of one rank for one fresh epoch.
+"""The plan of one rank for one fresh epoch, of one source or a mixture.
 
-The epoch sequence G' is the shards in a seeded order, concatenated, rotated by a seeded offset.
-Rank k reads a contiguous span of G' (whole shards, at most two partial ones); its share is split
-into contiguous chunks, one per worker, sized so that batching inside each worker and torch's
-in-order round robin over workers yield exactly ``num_batches`` batches, all full but the last.
+Each source's epoch items (``loaders.plan.mixture``: passes in seeded shard orders, rotated,
+plus the window of a subsampled or over-weighted source) are cut into one contiguous span per
+rank; spans are sized so that every rank's total is the same within one sample (extras of each
+source go to the ranks after those of the previous source). A rank reads its spans of all
+sources interleaved evenly (:class:`loaders.plan.items.Mix`). Its share is split into contiguous
+chunks, one per worker, sized so that batching inside each worker and torch's in-order round
+robin over workers yield exactly ``num_batches`` batches, all full but the last.
 Cost: O(shards + this rank's slices); per-sample lists are never built.
 """
 
@@ -16,21 +19,23 @@ from typing import Any
 
 import numpy as np
 
-from loaders.plan.items import Item, Slice, merge_slices, take_items
+from loaders.plan.items import Item, Mix, Slice, as_pad, merge_slices, take_items
+from loaders.plan.mixture import MixSource, Mixture, SourceEpoch
 from loaders.plan.shuffle import worker_seed
 from wdstool.base.errors import ConfigError
 
 
 class Uneven(StrEnum):
-    PAD = "pad"
-    DROP = "drop"
+    PAD = "pad"  # every rank ceil(N/W) samples: at most one repeated
+    DROP = "drop"  # every rank floor(N/W): at most W-1 samples left out
+    MASK = "mask"  # ceil(N/W) slots, every sample exactly once, padding flagged invalid
 
 
 def as_uneven(value: Uneven | str) -> Uneven:
     try:
         return Uneven(value)
     except ValueError:
-        raise ConfigError(f"uneven={value!r} is not one of 'pad', 'drop'") from None
+        raise ConfigError(f"uneven={value!r} is not one of 'pad', 'drop', 'mask'") from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,6 +70,7 @@ class RankPlan:
     num_batches: int
     workers: tuple[WorkerPlan, ...]
     resume_at: int = 0  # batches of this plan already delivered (same-topology resume)
+    num_real: int = -1  # samples that are not padding (-1: all of num_samples)
 
     @property
     def remaining_batches(self) -> int:
@@ -108,7 +114,7 @@ class RankPlan:
 
 def samples_per_rank(total_samples: int, *, world_size: int, uneven: Uneven | str = "pad") -> int:
     q, r = divmod(total_samples, world_size)
-    return q + (1 if r else 0) if as_uneven(uneven) is Uneven.PAD else q
+    return q if as_uneven(uneven) is Uneven.DROP else q + (1 if r else 0)
 
 
 def num_batches(
@@ -125,8 +131,23 @@ def num_batches(
     return nb + (1 if rem and not drop_last else 0)
 
 
-def _validate(
-    sizes: np.ndarray,
+PlanData = Sequence[int] | Mixture
+
+
+def as_mixture(data: PlanData) -> Mixture:
+    """A list of shard sizes is one source, whole, once per epoch."""
+    if isinstance(data, Mixture):
+        return data
+    sizes = np.asarray(data, dtype=np.int64)
+    if sizes.ndim != 1 or (sizes.size and sizes.min() < 0):
+        raise ConfigError("shard sizes must be non-negative sample counts")
+    if int(sizes.sum()) <= 0:
+        raise ConfigError("the dataset has no samples")
+    return Mixture((MixSource(tuple(sizes.tolist())),))
+
+
+def check_topology(
+    n: int,
     *,
     seed: int,
     epoch: int,
@@ -135,12 +156,8 @@ def _validate(
     num_workers: int,
     batch_size: int,
     uneven: Uneven,
-) -> int:
-    if sizes.ndim != 1 or (sizes.size and sizes.min() < 0):
-        raise ConfigError("shard sizes must be non-negative sample counts")
-    n = int(sizes.sum())
-    if n <= 0:
-        raise ConfigError("the dataset has no samples")
+    drop_last: bool,
+) -> None:
     if world_size < 1:
         raise ConfigError(f"world_size must be >= 1, got {world_size}")
     if not 0 <= rank < world_size:
@@ -156,46 +173,70 @@ def _validate(
             f"{n} samples are fewer than {world_size} ranks: with uneven='drop' every rank would "
             "get nothing; use uneven='pad'"
         )
-    return n
+    if uneven is Uneven.MASK and drop_last:
+        raise ConfigError(
+            "uneven='mask' delivers every sample exactly once; drop_last=True would leave some out"
+        )
 
 
-class _Sequence:
-    """The epoch sequence G': shards in epoch order, concatenated, rotated left by ``offset``."""
+class EpochItems:
+    """Every source's items for one epoch (computed once, shared by the plans of all ranks)."""
 
-    def __init__(self, sizes: np.ndarray, order: np.ndarray, offset: int) -> None:
-        self.order = order
-        self.ends = np.cumsum(sizes[order])  # end position of each shard in G (unrotated)
-        self.total = int(self.ends[-1])
-        self.offset = offset
+    def __init__(self, mix: Mixture, *, seed: int, epoch: int, shuffle: bool) -> None:
+        self.shares = mix.shares()
+        cursors = mix.cursors_at(epoch)
+        self.total = sum(self.shares)
+        self.sources = [
+            SourceEpoch(src, i, share, cursor, seed=seed, epoch=epoch, shuffle=shuffle)
+            if share
+            else None
+            for i, (src, share, cursor) in enumerate(
+                zip(mix.sources, self.shares, cursors, strict=True)
+            )
+        ]
 
-    def slices(self, start: int, length: int) -> list[Slice]:
-        """Slices covering G'[start : start + length] (wrapping around)."""
-        out: list[Slice] = []
-        pos = (start + self.offset) % self.total  # position in unrotated G
-        while length > 0:
-            chunk = min(length, self.total - pos)
-            out.extend(self._unrotated(pos, chunk))
-            length -= chunk
-            pos = 0
-        return out
+    def rank_items(self, rank: int, world_size: int, uneven: Uneven) -> tuple[list[Item], int, int]:
+        """A rank's items, its sample count (padding included) and its real samples."""
+        spans, begins, offset = [], [], 0
+        for share in self.shares:
+            q, r = divmod(share, world_size)
+            first = offset % world_size  # this source's extras go to ranks first, first+1, ...
+            spans.append(q + (1 if (rank - first) % world_size < r else 0))
+            begins.append(rank * q + _extras_before(rank, first, r, world_size))
+            offset += share
+        real = sum(spans)
+        total = samples_per_rank(self.total, world_size=world_size, uneven=uneven)
+        keep = min(real, total)
+        live = [i for i, s in enumerate(spans) if s]
+        if len(live) == 1:
+            i = live[0]
+            items: list[Item] = list(self.sources[i].take(begins[i], keep))  # type: ignore[union-attr]
+        elif live:
+            parts = tuple(
+                tuple(self.sources[i].take(begins[i], spans[i])) if spans[i] else ()  # type: ignore[union-attr]
+                for i in range(len(spans))
+            )
+            items = take_items([Mix(parts, tuple(spans), 0, real)], 0, keep)
+        else:
+            items = []
+        big = max(range(len(self.shares)), key=lambda i: (self.shares[i], -i))
+        for j in range(total - keep):  # padding: at most one sample, a repeat marked as such
+            at = (begins[big] + j) % self.shares[big] if real else rank % self.shares[big]
+            items.extend(as_pad(s) for s in self.sources[big].take(at, 1))  # type: ignore[union-attr]
+        return items, total, keep
 
-    def _unrotated(self, pos: int, length: int) -> list[Slice]:
-        out = []
-        i = int(np.searchsorted(self.ends, pos, side="right"))
-        while length > 0:
-            shard_start = int(self.ends[i - 1]) if i else 0
-            first = pos - shard_start
-            take = min(length, int(self.ends[i]) - pos)
-            if take > 0:
-                out.append(Slice(int(self.order[i]), first, first + take))
-            pos += take
-            length -= take
-            i += 1
-        return out
+
+def _extras_before(rank: int, first: int, count: int, world_size: int) -> int:
+    """How many of the ranks first, first+1, ... (``count`` of them, mod ``world_size``) are
+    below ``rank``."""
+    end = first + count
+    if end <= world_size:
+        return min(max(rank - first, 0), count)
+    return min(rank, end - world_size) + max(rank - first, 0)
 
 
 def plan_epoch(
-    shard_sizes: Sequence[int],
+    data: PlanData,
     *,
     seed: int,
     epoch: int,
@@ -206,12 +247,15 @@ def plan_epoch(
     shuffle: bool = True,
     uneven: Uneven | str = "pad",
     drop_last: bool = False,
+    items: EpochItems | None = None,
 ) -> RankPlan:
-    """The plan of one rank for one epoch (see the module docstring)."""
+    """The plan of one rank for one epoch (see the module docstring). ``data`` is a list of
+    shard sizes (one source) or a :class:`Mixture`; ``items`` reuses an epoch's items across
+    the plans of several ranks."""
     mode = as_uneven(uneven)
-    sizes = np.asarray(shard_sizes, dtype=np.int64)
-    n = _validate(
-        sizes,
+    mix = as_mixture(data)
+    check_topology(
+        mix.total,
         seed=seed,
         epoch=epoch,
         rank=rank,
@@ -219,18 +263,13 @@ def plan_epoch(
         num_workers=num_workers,
         batch_size=batch_size,
         uneven=mode,
+        drop_last=drop_last,
     )
-    if shuffle:
-        rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, epoch, 0x5EED])))
-        order = rng.permutation(len(sizes))
-        offset = int(rng.integers(n))
-    else:
-        order, offset = np.arange(len(sizes)), 0
-    seq = _Sequence(sizes, order, offset)
-
-    rank_slices, total = rank_span(n, rank, world_size, mode, seq.slices)
+    if items is None:
+        items = EpochItems(mix, seed=seed, epoch=epoch, shuffle=shuffle)
+    rank_items, total, real = items.rank_items(rank, world_size, mode)
     return rank_plan(
-        rank_slices,
+        rank_items,
         total,
         epoch=epoch,
         rank=rank,
@@ -241,24 +280,26 @@ def plan_epoch(
         seeds=[
             worker_seed(seed, epoch, rank, w) if shuffle else None for w in range(k_of(num_workers))
         ],
+        num_real=real,
     )
 
 
 def rank_span(
     n: int, rank: int, world_size: int, uneven: Uneven, take: Callable[[int, int], list[Any]]
-) -> tuple[list[Any], int]:
-    """A rank's contiguous share of an epoch sequence of ``n`` items (``take(start, length)``
-    returns its items) and its sample count: padded by at most one repeated item under
-    uneven="pad", cut to floor(n / world_size) under "drop"."""
+) -> tuple[list[Any], int, int]:
+    """A rank's contiguous share of one sequence of ``n`` items (``take(start, length)`` returns
+    its items), its sample count and its real samples: padded by at most one repeated item under
+    uneven="pad"/"mask", cut to floor(n / world_size) under "drop"."""
     q, r = divmod(n, world_size)
     real = q + (1 if rank < r else 0)
     begin = rank * q + min(rank, r)
     total = samples_per_rank(n, world_size=world_size, uneven=uneven)
-    items = take(begin, min(real, total)) if real else []
-    for j in range(total - min(real, total)):  # padding: at most one sample
+    keep = min(real, total)
+    items = take(begin, keep) if real else []
+    for j in range(total - keep):  # padding: at most one sample
         pad_at = (begin + j) % n if real else rank % n
-        items.extend(take(pad_at, 1))
-    return items, total
+        items.extend(as_pad(it) for it in take(pad_at, 1))
+    return items, total, keep
 
 
 def k_of(num_workers: int) -> int:
@@ -277,7 +318,7 @@ def rank_plan(
     batch_size: int,
     drop_last: bool,
     seeds: list[int | None],
-    resumed: bool = False,
+    num_real: int = -1,
 ) -> RankPlan:
     """Split a rank's ``total`` items into per-worker contiguous chunks, sized so that batching
     inside each worker and torch's in-order round robin yield equal, full batches but the last."""
@@ -294,11 +335,12 @@ def rank_plan(
         if w == last_worker and partial:
             samples, last = samples - batch_size + partial, partial
         chunk = take_items(rank_items, pos, samples)
+        plain = all(isinstance(it, Slice) for it in chunk)
         workers.append(
             WorkerPlan(
                 worker=w,
-                slices=() if resumed else merge_slices(chunk),  # type: ignore[arg-type]
-                pieces=tuple(chunk) if resumed else (),
+                slices=merge_slices(chunk) if plain else (),  # type: ignore[arg-type]
+                pieces=() if plain else tuple(chunk),
                 num_samples=samples,
                 num_batches=count,
                 last_batch_size=last,
@@ -315,4 +357,5 @@ def rank_plan(
         num_samples=total if not drop_last else nb * batch_size,
         num_batches=batches,
         workers=tuple(workers),
+        num_real=num_real,
     )

@@ -12,7 +12,18 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from loaders.plan.epoch import RankPlan, Uneven, as_uneven, k_of, plan_epoch, rank_plan, rank_span
+from loaders.plan.epoch import (
+    EpochItems,
+    PlanData,
+    RankPlan,
+    Uneven,
+    as_mixture,
+    as_uneven,
+    k_of,
+    plan_epoch,
+    rank_plan,
+    rank_span,
+)
 from loaders.plan.items import Item, Piece, take_items
 from loaders.plan.shuffle import block_seed, first_block, shuffle_blocks, worker_seed
 from wdstool.base.errors import ConfigError
@@ -86,7 +97,7 @@ def _plan_items(
     def take(start: int, length: int) -> list[Item]:
         return take_items(remaining, start, length)
 
-    rank_items, total = rank_span(n, rank, world_size, uneven, take) if n else ([], 0)
+    rank_items, total, real = rank_span(n, rank, world_size, uneven, take) if n else ([], 0, 0)
     return rank_plan(
         rank_items,
         total,
@@ -100,7 +111,7 @@ def _plan_items(
             worker_seed(seed, epoch, rank, w, generation) if shuffle else None
             for w in range(k_of(num_workers))
         ],
-        resumed=True,
+        num_real=real,
     )
 
 
@@ -114,7 +125,7 @@ def _checked(plan: RankPlan, seg: Segment) -> RankPlan:
 
 
 def plan_resumed(
-    shard_sizes: Sequence[int],
+    data: PlanData,
     history: Sequence[Segment],
     *,
     seed: int,
@@ -134,14 +145,18 @@ def plan_resumed(
     (``resume_at``) -- exactly what an uninterrupted run would have delivered next. Another
     topology (elastic): every sample the earlier segments had not delivered, split over the new
     ranks and workers as a fresh epoch would be (pad/drop rules apply to what remains), so each
-    is delivered exactly once this epoch. Costs one plan per rank of every earlier segment."""
+    is delivered exactly once this epoch. The epoch's items are computed once; each rank of an
+    earlier segment then costs O(its slices)."""
     mode = as_uneven(uneven)
     common = dict(seed=seed, epoch=epoch, shuffle=shuffle, uneven=mode, drop_last=drop_last)
+    mix = as_mixture(data)
+    fresh = EpochItems(mix, seed=seed, epoch=epoch, shuffle=shuffle)
 
     def plan_for(remaining: list[Item] | None, generation: int, seg_rank: int, seg: Segment):
         if remaining is None:
             return plan_epoch(
-                shard_sizes,
+                mix,
+                items=fresh,
                 rank=seg_rank,
                 world_size=seg.world_size,
                 num_workers=seg.num_workers,

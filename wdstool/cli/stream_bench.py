@@ -177,7 +177,7 @@ def stream_bench_cmd(
             imagefolder = item.split("=", 1)[1]
         else:
             raise ConfigError(
-                f"--compare {item!r}: use imagefolder=PATH, webdataset, webdataset-fast or plain"
+                f"--compare {item!r}: use imagefolder=PATH, webdataset or webdataset-fast (or plain)"
             )
     pairs = []
     for item in fields:

@@ -1,0 +1,68 @@
+"""``make_loader``'s ``source`` argument -> the loader's sources, each resolved and validated.
+
+``source`` is one data set (a path, URL or brace pattern) or a list of :class:`Source` (a
+mixture). Each source is resolved in the main process before any worker starts (manifest read,
+or header-only scan of shards without one); a source that does not resolve, an empty one or a
+bad weight is a one-line ConfigError naming it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from loaders.dataset import LoaderSource
+from loaders.schema import FieldsFn, SampleSchema
+from loaders.source import ShardAccess, Source, resolve_source
+from wdstool.base.errors import ConfigError, WdsToolError
+
+SourceArg = str | os.PathLike[str] | Source | Sequence[Source]
+
+
+def loader_sources(
+    source: SourceArg,
+    *,
+    label: str | None,
+    fields: Mapping[str, str] | None,
+    fields_fn: FieldsFn | None,
+    storage_options: dict[str, Any] | None,
+    access: ShardAccess,
+) -> tuple[list[LoaderSource], bool]:
+    """The resolved sources, and whether batches say which source each sample came from (they
+    do when ``source`` is a list or a :class:`Source`)."""
+    if isinstance(source, str | os.PathLike):
+        schema = SampleSchema.build(label, fields, fields_fn)
+        url = os.fspath(source)
+        return [LoaderSource(url, resolve_source(url, storage_options), access, schema)], False
+    listed = [source] if isinstance(source, Source) else list(source)
+    if not listed:
+        raise ConfigError("source: an empty list of sources")
+    out = []
+    for n, src in enumerate(listed):
+        if not isinstance(src, Source):
+            raise ConfigError(
+                f"source[{n}] is a {type(src).__name__}; a mixture is a list of "
+                "loaders.Source(url, weight=...)"
+            )
+        schema = SampleSchema.build(
+            src.get("label", label), src.get("fields", fields), src.get("fields_fn", fields_fn)
+        )
+        options = src.get("storage_options", storage_options)
+        try:
+            index = resolve_source(src.url, options)
+        except ConfigError:
+            raise
+        except WdsToolError as exc:
+            raise ConfigError(f"source[{n}] {src.url}: {exc.message}") from None
+        if index.num_samples <= 0:
+            raise ConfigError(f"source[{n}] {src.url}: no samples (weight {src.weight})")
+        src_access = access if options is storage_options else _with_options(access, options)
+        out.append(LoaderSource(src.url, index, src_access, schema, float(src.weight)))
+    return out, True
+
+
+def _with_options(access: ShardAccess, options: dict[str, Any] | None) -> ShardAccess:
+    from dataclasses import replace
+
+    return replace(access, storage_options=options)
