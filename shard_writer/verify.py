@@ -1,16 +1,24 @@
-"""``inspect`` and ``verify``: read a packed dataset back and check it against its manifest."""
+"""``inspect`` and ``verify``: read a packed dataset back and check it against its manifest.
+
+verify also reports every member that would be unsafe to extract with ``tar -x`` (absolute or
+``..`` names, links, devices, FIFOs, non-UTF-8 names; see :mod:`wdstool.format.tar_safety`):
+all of them, in every shard, then fails unless they are allowed. Any other problem (size, sha256,
+counts, layout, a corrupt tar) stops at the first bad shard, as a one-line error naming it.
+"""
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from wdstool.base.errors import ShardError, WdsToolError
+from wdstool.base.errors import ShardError, UnsafeMembersError, WdsToolError
 from wdstool.base.remote import open_shard
 from wdstool.format.images import IMAGE_EXTENSIONS
 from wdstool.format.manifest import Manifest, load_manifest, manifest_url_for, resolve_shard_url
-from wdstool.format.tar_read import TarSampleReader
+from wdstool.format.tar_read import ObservedTarSampleReader, TarMember, TarSampleReader
+from wdstool.format.tar_safety import printable_name, unsafe_reasons
 
 
 class _HashingReader:
@@ -39,6 +47,30 @@ class _HashingReader:
     def drain(self) -> None:
         while self.read(1 << 20):
             pass
+
+
+@dataclass(frozen=True, slots=True)
+class UnsafeMember:
+    """A shard member that would be unsafe to extract; ``name`` is printable (escaped)."""
+
+    url: str
+    name: str
+    offset: int
+    reasons: tuple[str, ...]
+
+    def line(self) -> str:
+        return (
+            f"{self.url}: member '{self.name}' at offset {self.offset} is unsafe to extract: "
+            + ", ".join(self.reasons)
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "url": self.url,
+            "member": self.name,
+            "offset": self.offset,
+            "problems": list(self.reasons),
+        }
 
 
 def inspect_dataset(source: str, *, nkeys: int = 5, storage_options: dict | None = None) -> dict:
@@ -98,7 +130,10 @@ def verify_shard(
     decode: bool = False,
     storage_options: dict | None = None,
     on_bytes: Callable[[int], object] | None = None,
-) -> None:
+    on_unsafe: Callable[[UnsafeMember], object] | None = None,
+) -> list[UnsafeMember]:
+    """Check one shard; raise ShardError at its first problem, except members unsafe to
+    extract: those are returned (and passed to ``on_unsafe`` as they are found)."""
     entry = manifest.shards[index]
     url = resolve_shard_url(base, entry.url)
     try:
@@ -112,7 +147,17 @@ def verify_shard(
         reader = _HashingReader(f, on_bytes)
         seen: set[str] = set()
         n = 0
-        for sample in TarSampleReader(reader, url):
+        unsafe: list[UnsafeMember] = []
+
+        def check_member(m: TarMember) -> None:
+            reasons = unsafe_reasons(m.name, m.kind)
+            if reasons:
+                problem = UnsafeMember(url, printable_name(m.name), m.offset, reasons)
+                unsafe.append(problem)
+                if on_unsafe is not None:
+                    on_unsafe(problem)
+
+        for sample in ObservedTarSampleReader(reader, url, on_member=check_member):
             if sample.key in seen:
                 raise ShardError(f"{url}: duplicate key {sample.key!r}")
             seen.add(sample.key)
@@ -125,26 +170,53 @@ def verify_shard(
         raise ShardError(f"{url}: sha256 mismatch (content changed or corrupt)")
     if n != entry.nsamples:
         raise ShardError(f"{url}: {n} samples, manifest says {entry.nsamples}")
+    return unsafe
 
 
 def verify_dataset(
     source: str,
     *,
     decode: bool = False,
+    allow_unsafe_names: bool = False,
     storage_options: dict | None = None,
     on_bytes: Callable[[int], object] | None = None,
+    on_unsafe: Callable[[UnsafeMember], object] | None = None,
 ) -> dict:
-    """Check every shard; raise ShardError naming the first bad one. Returns a short report."""
+    """Check every shard; raise ShardError naming the first bad one. Returns a short report.
+
+    Members unsafe to extract are all collected (``on_unsafe`` sees each as it is found, the
+    report lists them); then, unless ``allow_unsafe_names``, UnsafeMembersError (a ShardError
+    carrying the report) says how many there are, in how many shards.
+    """
     manifest, base = load_manifest(source, storage_options)
+    unsafe: list[UnsafeMember] = []
     for i in range(len(manifest.shards)):
-        verify_shard(
-            manifest, i, base, decode=decode, storage_options=storage_options, on_bytes=on_bytes
+        unsafe += verify_shard(
+            manifest,
+            i,
+            base,
+            decode=decode,
+            storage_options=storage_options,
+            on_bytes=on_bytes,
+            on_unsafe=on_unsafe,
         )
-    return {
+    report = {
         "manifest": manifest_url_for(source),
         "num_shards": len(manifest.shards),
         "num_samples": manifest.num_samples,
         "total_bytes": manifest.total_bytes,
         "decoded": decode,
-        "ok": True,
+        "unsafe_members": [p.to_json() for p in unsafe],
+        "allow_unsafe_names": allow_unsafe_names,
+        "ok": allow_unsafe_names or not unsafe,
     }
+    if unsafe and not allow_unsafe_names:
+        shards = len({p.url for p in unsafe})
+        raise UnsafeMembersError(
+            f"{report['manifest']}: {len(unsafe)} member(s) in {shards} of "
+            f"{len(manifest.shards)} shard(s) are unsafe to extract with tar -x (absolute or "
+            "'..' names, links, devices, FIFOs or non-UTF-8 names); re-pack, or accept them "
+            "with --allow-unsafe-names",
+            report,
+        )
+    return report

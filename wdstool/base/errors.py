@@ -55,6 +55,16 @@ class ShardError(WdsToolError):
     """A shard or manifest is missing, corrupt, or disagrees with the other."""
 
 
+class UnsafeMembersError(ShardError):
+    """Shards hold members unsafe to extract with ``tar -x`` (absolute or ``..`` names, links,
+    devices, FIFOs, non-UTF-8 names). ``report`` carries the whole verify report, problems
+    included, for ``--json``."""
+
+    def __init__(self, message: str, report: dict | None = None) -> None:
+        super().__init__(message)
+        self.report = report if report is not None else {}
+
+
 class StorageError(WdsToolError):
     """Reading or writing storage failed (after retries, where retries apply)."""
 

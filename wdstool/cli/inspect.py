@@ -62,20 +62,40 @@ def inspect_cmd(
 @click.command("verify")
 @click.argument("source", type=str)
 @click.option("--decode", is_flag=True, help="Also decode every image.")
+@click.option(
+    "--allow-unsafe-names",
+    is_flag=True,
+    help="Members unsafe to extract become warnings, not errors (for data sets someone else "
+    "made; wdstool's readers never extract).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 @storage_options_from_cli
 def verify_cmd(
-    source: str, decode: bool, as_json: bool, quiet: bool, storage_options: dict[str, Any] | None
+    source: str,
+    decode: bool,
+    allow_unsafe_names: bool,
+    as_json: bool,
+    quiet: bool,
+    storage_options: dict[str, Any] | None,
 ) -> None:
     """Re-read every shard and check it against index.json.
 
     Checks sizes, sha256, tar structure, member layout (KEY.<image>, KEY.cls) and sample counts;
     with --decode every image is decoded. Exits non-zero naming the first bad shard.
+
+    Members unsafe to extract with tar -x (absolute or '..' names, symlinks, hard links,
+    devices, FIFOs, non-UTF-8 names) are all listed, one line each, then fail the run unless
+    --allow-unsafe-names makes them warnings.
     """
     from tqdm import tqdm
 
-    from shard_writer.verify import verify_dataset
+    from shard_writer.verify import UnsafeMember, verify_dataset
+    from wdstool.base.errors import UnsafeMembersError
+
+    def on_unsafe(problem: UnsafeMember) -> None:
+        level = "Warning" if allow_unsafe_names else "Error"
+        tqdm.write(f"{level}: {problem.line()}", file=sys.stderr)
 
     bar = tqdm(
         total=None,
@@ -87,15 +107,26 @@ def verify_cmd(
     )
     try:
         report = verify_dataset(
-            source, decode=decode, on_bytes=bar.update, storage_options=storage_options
+            source,
+            decode=decode,
+            allow_unsafe_names=allow_unsafe_names,
+            on_bytes=bar.update,
+            on_unsafe=on_unsafe,
+            storage_options=storage_options,
         )
+    except UnsafeMembersError as exc:
+        if as_json:
+            emit_json(exc.report)
+        raise
     finally:
         bar.close()
     if as_json:
         emit_json(report)
     else:
+        unsafe = len(report["unsafe_members"])
         click.echo(
             f"ok: {report['num_shards']} shards, {report['num_samples']} samples, "
             f"{format_size(report['total_bytes'])} verified"
             + (" (images decoded)" if decode else "")
+            + (f" ({unsafe} unsafe member(s) allowed)" if unsafe else "")
         )

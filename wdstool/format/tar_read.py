@@ -7,6 +7,9 @@ into memory (seek, or read-and-discard on a stream), so e.g. a ``.pkl`` member i
 loaded. A malformed header, bad checksum, absurd size or truncation raises ShardError naming the
 URL and the byte offset. A clean EOF exactly at a block boundary after a complete member counts
 as the end of the archive (some writers omit the two zero blocks).
+
+:class:`ObservedTarSampleReader` also shows every member header to a callback (verify checks
+names with :mod:`wdstool.format.tar_safety`); the plain reader does no such work.
 """
 
 from __future__ import annotations
@@ -43,12 +46,14 @@ class MemberInfo:
 
 
 @dataclass(slots=True)
-class _Member:
-    name: str
-    size: int
+class TarMember:
+    """One member as the headers give it: GNU long names and pax ``path``/``size`` applied."""
+
+    name: str  # undecodable bytes as surrogate escapes
+    size: int  # 0 for links, devices and FIFOs
     offset: int  # offset of the (first) header of this member
     data_offset: int
-    regular: bool
+    kind: bytes  # the one-byte typeflag: b"0" regular file, b"2" symlink, ...
 
 
 def _octal(field: bytes, url: str, offset: int) -> int:
@@ -129,7 +134,7 @@ class TarSampleReader:
         self._max = max_member_size
         self._keep = keep
         self._seekable = bool(getattr(fileobj, "seekable", lambda: False)())
-        self._pending: _Member | None = None  # lookahead header (data not consumed yet)
+        self._pending: TarMember | None = None  # lookahead header (data not consumed yet)
         self._done = False
         self._offset = start_offset
 
@@ -168,7 +173,7 @@ class TarSampleReader:
             n -= len(chunk)
             self._pos += len(chunk)
 
-    def _next_member(self) -> _Member | None:
+    def _next_member(self) -> TarMember | None:
         """Parse headers up to the next member (extensions resolved); None at end of archive."""
         long_name: str | None = None
         pax: dict[str, str] = {}
@@ -188,7 +193,7 @@ class TarSampleReader:
             first = at if first is None else first
             size = _octal(block[124:136], self.url, at)
             kind = block[156:157]
-            if kind in (b"x", b"g", b"L"):
+            if kind in (b"x", b"g", b"L", b"K"):  # K: a GNU long link name, not a member
                 if size > 1 << 20:
                     raise ShardError(
                         f"{self.url}: oversized extended header ({size} bytes) at offset {at}"
@@ -220,10 +225,9 @@ class TarSampleReader:
                     if prefix:
                         raw = prefix + b"/" + raw
                 name = raw.decode("utf-8", "surrogateescape")
-            regular = kind in _REGULAR
             if kind in _NO_DATA:
                 size = 0  # links, devices and FIFOs carry no data, whatever the header claims
-            return _Member(name, size, first, self._pos, regular)
+            return TarMember(name, size, first, self._pos, kind)
 
     def members(self) -> Iterator[MemberInfo]:
         """Every regular-file member in archive order, from the headers alone: the data of
@@ -244,7 +248,7 @@ class TarSampleReader:
             m = self._next_member()
             if m is None:
                 break
-            split = _split_key(m.name) if m.regular else None
+            split = _split_key(m.name) if m.kind in _REGULAR else None
             if split is None or m.name.rsplit("/", 1)[-1].startswith("."):
                 self._discard(m.size + (-m.size % BLOCK), m.offset)
                 continue
@@ -289,6 +293,32 @@ class TarSampleReader:
                     raise ShardError(f"{self.url}: has only {i} samples, cannot skip {n}") from None
         finally:
             self._keep = keep
+
+
+class ObservedTarSampleReader(TarSampleReader):
+    """A :class:`TarSampleReader` that passes every member to ``on_member`` as its header is
+    parsed, before its data is read or skipped: links, devices, FIFOs, folders and members that
+    belong to no sample included (extension headers are not members, they shape the next one).
+
+    A separate class, so the loaders' reader does no extra work per member.
+    """
+
+    def __init__(
+        self,
+        fileobj: BinaryIO,
+        url: str,
+        *,
+        on_member: Callable[[TarMember], object],
+        **kwargs,
+    ) -> None:
+        super().__init__(fileobj, url, **kwargs)
+        self._on_member = on_member
+
+    def _next_member(self) -> TarMember | None:
+        member = super()._next_member()
+        if member is not None:
+            self._on_member(member)
+        return member
 
 
 def count_samples(fileobj: BinaryIO, url: str) -> int:

@@ -2,12 +2,15 @@
 
 Every member is a regular file with mode 0444, uid/gid 0, empty owner names and mtime 0, so
 packing the same input twice gives byte-identical shards. Headers are plain POSIX ustar (names
-are short ASCII keys, checked here); the archive ends with two zero blocks and no record padding.
+are short ASCII keys, checked here, never absolute or with a ``..``: see tar_safety); the
+archive ends with two zero blocks and no record padding.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+
+from wdstool.format.tar_safety import printable_name, unsafe_reasons
 
 BLOCK = 512
 END = b"\0" * (2 * BLOCK)
@@ -30,7 +33,14 @@ _TEMPLATE = bytes(_template())
 
 
 def header(name: str, size: int) -> bytes:
-    """A 512-byte ustar header for a regular file ``name`` of ``size`` bytes."""
+    """A 512-byte ustar header for a regular file ``name`` of ``size`` bytes.
+
+    Refuses (ValueError) a name that would be unsafe to extract (absolute, ``..``, not UTF-8):
+    pack's keys are sanitised, so reaching this is a bug, and no shard gets such a member.
+    """
+    reasons = unsafe_reasons(name)
+    if reasons:
+        raise ValueError(f"refusing tar member '{printable_name(name)}': {', '.join(reasons)}")
     raw = name.encode("ascii")
     if len(raw) > 100 or not raw:
         raise ValueError(f"tar member name must be 1..100 ASCII bytes: {name!r}")
