@@ -235,7 +235,7 @@ class TarSampleReader:
         devices, FIFOs and directories are left out. Do not mix with iterating samples."""
         while (m := self._next_member()) is not None:
             self._discard(m.size + (-m.size % BLOCK), m.offset)
-            if m.regular:
+            if m.kind in _REGULAR:
                 yield MemberInfo(
                     name=m.name, offset=m.offset, data_offset=m.data_offset, size=m.size
                 )
