@@ -114,6 +114,7 @@ def read_slices(
     keep: frozenset[str] = KEPT_EXTENSIONS,
     *,
     skip_damaged: bool = False,
+    warned: set[str] | None = None,
 ) -> Iterator[Located]:
     """Yield the samples of each slice, in order: skip ``start`` samples by headers alone, then
     yield ``stop - start``. Remote shards are opened one ahead.
@@ -121,7 +122,8 @@ def read_slices(
     A shard that is missing, unreadable after the retries, cut short or corrupt is an error
     naming it; with ``skip_damaged`` its planned samples that could not be read are yielded as
     placeholders instead (logged once per slice with the byte offset), so every plan position
-    is still filled and no other rank or worker reads anything different."""
+    is still filled and no other rank or worker reads anything different. ``warned`` collects the
+    shards already logged, so a shard read in several slices is logged once."""
     access = access or ShardAccess()
     slices = list(slices)
 
@@ -161,12 +163,15 @@ def read_slices(
                     raise
                 why = exc.message if isinstance(exc, WdsToolError) else f"{url}: {exc}"
                 at = reader.offset if reader is not None else 0
-                log.warning(
-                    "damaged shard: %s (from byte %d); replacing its %d remaining planned samples",
-                    why,
-                    at,
-                    len(s) - done,
-                )
+                if warned is None or url not in warned:
+                    log.warning(
+                        "damaged shard: %s (readable up to byte %d); its unreadable planned "
+                        "samples are replaced",
+                        why,
+                        at,
+                    )
+                    if warned is not None:
+                        warned.add(url)
                 for _ in range(len(s) - done):
                     yield Located(url, None, s.source, s.rep, s.pad, f"{why} (byte {at})")
     finally:
@@ -237,9 +242,11 @@ def shard_reader(
     else:
         readers = index
 
+    warned: set[str] = set()  # damaged shards logged already (once per shard and stream)
+
     def read_run(run: list[Slice]) -> Iterator[Located]:
         r = readers[run[0].source]
-        return read_slices(run, r.index, r.access, r.keep, skip_damaged=skip_damaged)
+        return read_slices(run, r.index, r.access, r.keep, skip_damaged=skip_damaged, warned=warned)
 
     return read_run
 
