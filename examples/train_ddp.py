@@ -4,6 +4,9 @@
     torchrun --nproc_per_node=8 examples/train_ddp.py --data s3://bucket/train --epochs 90 \
         --checkpoint ckpt/ --save-every 500 --resume
 
+``--val DATA`` runs a validation pass after every epoch and prints the exact top-1 over all
+ranks (``uneven="mask"``: every sample counted once, padding slots flagged ``valid=False``).
+
 ``--checkpoint DIR --save-every N`` saves model, optimizer and the loader's state every N steps
 (every rank its own file, then rank 0 marks the step complete); ``--resume`` continues from the
 last complete checkpoint mid-epoch, exactly where it stopped -- also on another number of ranks
@@ -83,6 +86,13 @@ def parse_args() -> argparse.Namespace:
         default=None,
         help="write a per-rank JSON report here (keys, steps, losses)",
     )
+    p.add_argument(
+        "--val",
+        default=None,
+        help="validation shards: after every epoch, exact top-1 over all ranks (every sample "
+        "counted once: uneven='mask')",
+    )
+    p.add_argument("--save-model", type=Path, default=None, help="rank 0 saves the weights here")
     return p.parse_args()
 
 
@@ -114,6 +124,26 @@ def save_checkpoint(folder: Path, model, opt, loader, rank: int, world: int, epo
         os.replace(tmp_latest, latest)
 
 
+def evaluate(model, loader, device, cuda: bool) -> tuple[int, int, list[str]]:
+    """Exact top-1 over all ranks: every rank runs the same number of batches of the same sizes
+    (uneven="mask"); padding slots have ``valid=False`` and are not counted. One all_reduce."""
+    model.eval()
+    counts = torch.zeros(2, dtype=torch.int64, device=device)  # correct, counted
+    keys: list[str] = []
+    with torch.no_grad():
+        for batch in loader:
+            x = normalize(batch["pixel_values"].to(device, non_blocking=True))
+            y = batch["labels"].to(device, non_blocking=True)
+            valid = batch["valid"].to(device, non_blocking=True)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
+                pred = model(x).argmax(1)
+            counts[0] += ((pred == y) & valid).sum()
+            counts[1] += valid.sum()
+            keys += [k for k, v in zip(batch["keys"], batch["valid"].tolist(), strict=True) if v]
+    dist.all_reduce(counts)
+    return int(counts[0]), int(counts[1]), keys
+
+
 def main() -> None:
     args = parse_args()
     cuda = args.device == "cuda"
@@ -139,6 +169,18 @@ def main() -> None:
         channels_last=cuda,  # the model's layout: the copy to the GPU needs no conversion
     )
     decoder = DeviceDecoder(args.image_size, device=device) if args.gpu_decode else None
+    val_loader = None
+    if args.val is not None:
+        val_loader = make_loader(
+            args.val,
+            args.batch_size,
+            image_size=args.image_size,
+            train=False,
+            shuffle=False,
+            uneven="mask",  # every sample exactly once over all ranks
+            num_workers=args.workers,
+            pin_memory=cuda,
+        )
     num_classes = max(len(loader.dataset.index.classes), 2)
     model = small_resnet(num_classes).to(device)
     if cuda:
@@ -218,18 +260,27 @@ def main() -> None:
                 f"epoch {epoch}: mean loss {mean[0] / mean[1]:.4f} over {len(losses)} steps per rank",
                 flush=True,
             )
-        report["epochs"].append(
-            {
-                "epoch": epoch,
-                "steps": len(losses),
-                "keys": keys,
-                "losses": losses,
-                "replaced": loader.num_replaced,
-            }
-        )
+        entry = {
+            "epoch": epoch,
+            "steps": len(losses),
+            "keys": keys,
+            "losses": losses,
+            "replaced": loader.num_replaced,
+        }
+        if val_loader is not None:
+            correct, total, val_keys = evaluate(model.module, val_loader, device, cuda)
+            entry["val"] = {"correct": correct, "total": total, "keys": val_keys}
+            if rank == 0:
+                print(
+                    f"epoch {epoch}: val top-1 {correct / total:.4f} ({correct}/{total})",
+                    flush=True,
+                )
+        report["epochs"].append(entry)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / f"rank{rank}.json").write_text(json.dumps(report))
+    if args.save_model is not None and rank == 0:
+        torch.save(model.module.state_dict(), args.save_model)
     dist.barrier()
     dist.destroy_process_group()
 

@@ -83,6 +83,11 @@ class BatchAssembler:
         self.replaced_from: dict[str, int] = {}  # shard URL -> samples replaced, this batch
         self._fields = FieldBatcher()
         self._labelled = any(s.label is not None for s in spec.schemas)
+        self._fielded = any(s.fields or s.fields_fn is not None for s in spec.schemas)
+        # batch keys every batch carries (those of fields_fn outputs come with the values)
+        self._field_names = tuple(
+            dict.fromkeys(n for s in spec.schemas if s.fields_fn is None for n, _ in s.fields)
+        )
 
     def _rng(self, loc: Located) -> random.Random:
         # a repeat of a sample (an over-weighted source) and another source's sample of the
@@ -302,8 +307,8 @@ class _BatchMeta:
         if self.labels is not None:
             self.labels[i] = label
         self.keys.append(key)
-        if values is not None:
-            self.rows.append(values)
+        if self.assembler._fielded:  # one row per sample, {} for a source without fields
+            self.rows.append(values or {})
         if self.sources is not None:
             self.sources[i] = self.ids[source]  # type: ignore[index]
         if self.valid is not None:
@@ -318,6 +323,6 @@ class _BatchMeta:
             batch["source"] = self.sources
         if self.valid is not None:
             batch["valid"] = self.valid
-        batch.update(FieldBatcher.collate(self.rows))
+        batch.update(FieldBatcher.collate(self.rows, self.assembler._field_names))
         if self.assembler.replaced_from:
             batch["replaced_from"] = dict(self.assembler.replaced_from)

@@ -53,6 +53,11 @@ class LoaderConfig:
             raise ConfigError(f"shuffle_buffer must be >= 0, got {self.shuffle_buffer}")
         if self.num_workers < 0:
             raise ConfigError(f"num_workers must be >= 0, got {self.num_workers}")
+        if self.uneven is Uneven.MASK and self.drop_last:
+            raise ConfigError(
+                "uneven='mask' delivers every sample exactly once; drop_last=True would leave "
+                "some out"
+            )
         m = self.max_replaced
         if m is not None and (
             isinstance(m, bool)

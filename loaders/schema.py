@@ -132,12 +132,13 @@ class FieldBatcher:
                 )
 
     @staticmethod
-    def collate(rows: list[dict[str, Any]]) -> dict[str, Any]:
-        """{name: stacked tensor or list} over the samples of a batch, in order."""
+    def collate(rows: list[dict[str, Any]], names: tuple[str, ...] = ()) -> dict[str, Any]:
+        """{name: stacked tensor or list} over the samples of a batch, in order: ``names``
+        always (``None`` where a sample has no value), then any other name a row has."""
         if not rows:
             return {}
         out: dict[str, Any] = {}
-        names = dict.fromkeys(name for r in rows for name in r)  # first-seen order
+        names = tuple(dict.fromkeys([*names, *(name for r in rows for name in r)]))
         for name in names:
             column = [r.get(name) for r in rows]
             if all(isinstance(v, torch.Tensor) for v in column):

@@ -87,13 +87,16 @@ def resolve_source(
             "\n".join(f"{s.url}\0{s.nsamples}\0{s.sha256}" for s in manifest.shards).encode()
         ).hexdigest()
     )
+    urls, sizes, filesizes, sha256s = zip(*manifest.shards, strict=True)  # 4 columns at once
     return DatasetIndex(
-        urls=tuple(resolve_shard_url(base, s.url) for s in manifest.shards),
-        sizes=tuple(s.nsamples for s in manifest.shards),
+        urls=tuple(
+            u if "://" in u or u.startswith("/") else resolve_shard_url(base, u) for u in urls
+        ),
+        sizes=sizes,
         classes=manifest.classes,
         identity=identity,
-        filesizes=tuple(s.filesize for s in manifest.shards),
-        sha256s=tuple(s.sha256 for s in manifest.shards),
+        filesizes=filesizes,
+        sha256s=sha256s,
     )
 
 

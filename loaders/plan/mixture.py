@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -34,7 +35,7 @@ class MixSource:
     weight: float = 1.0
     key: int = 0
 
-    @property
+    @cached_property
     def num_samples(self) -> int:
         return sum(self.sizes)
 

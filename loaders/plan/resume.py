@@ -76,45 +76,6 @@ class Segment:
     batches: int
 
 
-def _plan_items(
-    remaining: list[Item],
-    *,
-    generation: int,
-    seed: int,
-    epoch: int,
-    rank: int,
-    world_size: int,
-    num_workers: int,
-    batch_size: int,
-    shuffle: bool,
-    uneven: Uneven,
-    drop_last: bool,
-) -> RankPlan:
-    """Like plan_epoch, over the remaining items of an interrupted epoch (kept in their order;
-    each worker shuffles its stream with seeds of this generation)."""
-    n = sum(len(it) for it in remaining)
-
-    def take(start: int, length: int) -> list[Item]:
-        return take_items(remaining, start, length)
-
-    rank_items, total, real = rank_span(n, rank, world_size, uneven, take) if n else ([], 0, 0)
-    return rank_plan(
-        rank_items,
-        total,
-        epoch=epoch,
-        rank=rank,
-        world_size=world_size,
-        num_workers=num_workers,
-        batch_size=batch_size,
-        drop_last=drop_last,
-        seeds=[
-            worker_seed(seed, epoch, rank, w, generation) if shuffle else None
-            for w in range(k_of(num_workers))
-        ],
-        num_real=real,
-    )
-
-
 def _checked(plan: RankPlan, seg: Segment) -> RankPlan:
     if not 0 <= seg.batches <= plan.num_batches:
         raise ConfigError(
@@ -122,6 +83,15 @@ def _checked(plan: RankPlan, seg: Segment) -> RankPlan:
             f"{plan.num_batches} on each rank"
         )
     return plan
+
+
+def _left(plan: RankPlan, batches: int) -> int:
+    """Samples one rank of ``plan`` had not delivered after ``batches`` batches (every rank of
+    a segment has the same shape, so this holds for all of them)."""
+    return sum(
+        wp.num_samples - done
+        for wp, done in zip(plan.workers, delivered_per_worker(plan, batches), strict=True)
+    )
 
 
 def plan_resumed(
@@ -145,53 +115,95 @@ def plan_resumed(
     (``resume_at``) -- exactly what an uninterrupted run would have delivered next. Another
     topology (elastic): every sample the earlier segments had not delivered, split over the new
     ranks and workers as a fresh epoch would be (pad/drop rules apply to what remains), so each
-    is delivered exactly once this epoch. The epoch's items are computed once; each rank of an
-    earlier segment then costs O(its slices)."""
+    is delivered exactly once this epoch.
+
+    What segment ``g`` left is the concatenation, rank by rank, of what each of its ranks had not
+    delivered; every rank of a segment left the same number of samples, so the part a rank of
+    the next segment takes lies in two or three old ranks, and only their plans are built:
+    O(segments) rank plans, whatever the world sizes."""
     mode = as_uneven(uneven)
-    common = dict(seed=seed, epoch=epoch, shuffle=shuffle, uneven=mode, drop_last=drop_last)
     mix = as_mixture(data)
     fresh = EpochItems(mix, seed=seed, epoch=epoch, shuffle=shuffle)
+    buffer = shuffle_buffer if shuffle else 0
+    common = dict(seed=seed, epoch=epoch, shuffle=shuffle, uneven=mode, drop_last=drop_last)
+    plans: dict[tuple[int, int], RankPlan] = {}
+    lefts: dict[tuple[int, int], list[Item]] = {}
 
-    def plan_for(remaining: list[Item] | None, generation: int, seg_rank: int, seg: Segment):
-        if remaining is None:
-            return plan_epoch(
-                mix,
-                items=fresh,
-                rank=seg_rank,
-                world_size=seg.world_size,
-                num_workers=seg.num_workers,
-                batch_size=seg.batch_size,
-                **common,  # type: ignore[arg-type]
-            )
-        return _plan_items(
-            remaining,
-            generation=generation,
-            rank=seg_rank,
+    def over_remaining(g: int, r: int, seg: Segment) -> RankPlan:
+        """Rank ``r`` of topology ``seg`` over what segment ``g - 1`` left."""
+        n = left_total(g - 1)
+
+        def take(start: int, length: int) -> list[Item]:
+            return left_range(g - 1, start, length)
+
+        rank_items, total, real = rank_span(n, r, seg.world_size, mode, take) if n else ([], 0, 0)
+        return rank_plan(
+            rank_items,
+            total,
+            epoch=epoch,
+            rank=r,
             world_size=seg.world_size,
             num_workers=seg.num_workers,
             batch_size=seg.batch_size,
-            **common,  # type: ignore[arg-type]
+            drop_last=drop_last,
+            seeds=[
+                worker_seed(seed, epoch, r, w, g) if shuffle else None
+                for w in range(k_of(seg.num_workers))
+            ],
+            num_real=real,
         )
 
-    here = Segment(world_size, num_workers, batch_size, 0)
-    remaining: list[Item] | None = None
-    for g, seg in enumerate(history):
-        last = g == len(history) - 1
-        same = (seg.world_size, seg.num_workers, seg.batch_size) == (
-            world_size,
-            num_workers,
-            batch_size,
+    def seg_plan(g: int, r: int) -> RankPlan:
+        if (g, r) not in plans:
+            seg = history[g]
+            if g == 0:
+                plan = plan_epoch(
+                    mix,
+                    items=fresh,
+                    rank=r,
+                    world_size=seg.world_size,
+                    num_workers=seg.num_workers,
+                    batch_size=seg.batch_size,
+                    **common,  # type: ignore[arg-type]
+                )
+            else:
+                plan = over_remaining(g, r, seg)
+            plans[(g, r)] = _checked(plan, seg)
+        return plans[(g, r)]
+
+    def per_rank_left(g: int) -> int:
+        return _left(seg_plan(g, 0), history[g].batches)
+
+    def left_total(g: int) -> int:
+        return history[g].world_size * per_rank_left(g)
+
+    def left_range(g: int, start: int, length: int) -> list[Item]:
+        """Items [start, start + length) of what segment ``g`` left (all its ranks, in order)."""
+        each = per_rank_left(g)
+        out: list[Item] = []
+        r = start // each if each else 0
+        while length > 0 and each:
+            if (g, r) not in lefts:
+                lefts[(g, r)] = remaining_items(seg_plan(g, r), history[g].batches, buffer)
+            lo = start - r * each
+            got = take_items(lefts[(g, r)], lo, min(length, each - lo))
+            out.extend(got)
+            taken = sum(len(it) for it in got)
+            start, length, r = start + taken, length - taken, r + 1
+        return out
+
+    last = len(history) - 1
+    tail = history[last]
+    if (tail.world_size, tail.num_workers, tail.batch_size) == (
+        world_size,
+        num_workers,
+        batch_size,
+    ):
+        plan = seg_plan(last, rank)
+        skips = delivered_per_worker(plan, tail.batches)
+        workers = tuple(
+            replace(wp, skip=skip) for wp, skip in zip(plan.workers, skips, strict=True)
         )
-        if last and same:
-            plan = _checked(plan_for(remaining, g, rank, seg), seg)
-            skips = delivered_per_worker(plan, seg.batches)
-            workers = tuple(
-                replace(wp, skip=skip) for wp, skip in zip(plan.workers, skips, strict=True)
-            )
-            return replace(plan, workers=workers, resume_at=seg.batches)
-        nxt: list[Item] = []
-        for r in range(seg.world_size):
-            plan = _checked(plan_for(remaining, g, r, seg), seg)
-            nxt.extend(remaining_items(plan, seg.batches, shuffle_buffer if shuffle else 0))
-        remaining = nxt
-    return plan_for(remaining, len(history), rank, here)
+        return replace(plan, workers=workers, resume_at=tail.batches)
+    here = Segment(world_size, num_workers, batch_size, 0)
+    return over_remaining(len(history), rank, here)

@@ -49,3 +49,49 @@ def test_make_loader_plans_one_rank_of_4096_from_a_1e8_sample_manifest(huge_mani
         for rank in (0, 2047):
             other = make_loader(huge_manifest, 64, num_workers=8, rank=rank, world_size=4096)
             assert len(other) == expected
+
+
+@pytest.fixture(scope="module")
+def ten_manifests(tmp_path_factory) -> list[Path]:
+    """10 data sets of 10,000 shards x 1,000 samples each (10^8 in all); no shard exists."""
+    root = tmp_path_factory.mktemp("ten")
+    out = []
+    for s in range(10):
+        d = root / f"src{s}"
+        d.mkdir()
+        shards = [
+            {"url": f"s{s}-{i:06d}.tar", "nsamples": 1000, "filesize": 10**8, "sha256": ""}
+            for i in range(10_000)
+        ]
+        manifest = {"__kind__": "wids-shard-index-v1", "wids_version": 1, "shardlist": shards}
+        (d / "index.json").write_text(json.dumps(manifest))
+        out.append(d)
+    return out
+
+
+def test_a_ten_source_mixture_plans_one_rank_of_4096_from_manifests(ten_manifests) -> None:
+    """make_loader + len + the rank's plan, and an elastic resume of a 4,096-rank state on 2,048
+    ranks: manifests only (no shard is opened: none exists), small memory. Timing: make bench
+    / bench/plan_bench.py."""
+    from loaders import Source
+
+    sources = [Source(d, weight=1 + i % 3) for i, d in enumerate(ten_manifests)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tracemalloc.start()
+        try:
+            loader = make_loader(sources, 64, num_workers=8, rank=4095, world_size=4096)
+            plan = loader.dataset.plan()
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert len(loader) == plan.num_batches == num_batches(10**8, world_size=4096, batch_size=64)
+        assert peak < 200e6, peak
+        state = loader.state_dict()
+        state["segments"][-1]["batches"] = state["batches"] = 200
+        resumed = make_loader(sources, 64, num_workers=8, rank=2047, world_size=2048)
+        resumed.load_state_dict(state)
+        rest = resumed.dataset.plan()
+        # what the 4,096 ranks had not delivered, spread over 2,048: about twice a rank's share
+        per_old_rank = plan.num_samples - 200 * 64
+        assert abs(rest.num_samples - 2 * per_old_rank) <= 2
