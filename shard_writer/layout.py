@@ -12,27 +12,19 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from shard_writer.members import sample_bound
 from shard_writer.probe import ImageInfo
 from shard_writer.scan import SourceFile
 from wdstool.base.errors import ConfigError
-from wdstool.format.tar_write import BLOCK, END, member_bytes
+from wdstool.format.tar_write import BLOCK, END
 
 END_OF_ARCHIVE = len(END)
 _KEY_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
-# The .json member (relative path, class, width, height, format) fits one block unless the path
-# is long; this bound is what the layout reserves for it.
-_JSON_OVERHEAD = 128
-
-
-def json_bound(relpath: str, class_name: str) -> int:
-    """Upper bound of the .json member's payload for a sample (exact sizes vary with digits)."""
-    return (
-        _JSON_OVERHEAD + len(relpath.encode("utf-8", "surrogateescape")) * 6 + len(class_name) * 6
-    )
 
 
 def sample_key(f: SourceFile, width: int = 9) -> str:
-    """A unique, stable, dot-free key: ImageFolder position plus a readable stem."""
+    """A unique, stable, dot-free key: position in the source (ImageFolder position or listing
+    row index) plus a readable stem."""
     stem = f.relpath.rsplit("/", 1)[-1].rsplit(".", 1)[0]
     stem = _KEY_UNSAFE.sub("_", stem)[:40].strip("_")
     key = f"{f.index:0{width}d}"
@@ -87,9 +79,11 @@ def plan_layout(
     ``infos`` (from the probe) give the bytes each image member stores. A shard exceeds
     ``max_size`` only when a single sample does.
     """
-    sizes = [info.payload_size for info in infos]
-    if len(sizes) != len(files):
+    if len(infos) != len(files):
         raise ValueError("infos must match files")
+    needs = [
+        sample_bound(f, info.payload_size, classes) for f, info in zip(files, infos, strict=True)
+    ]
     order = list(range(len(files)))
     if options.shuffle:
         random.Random(options.seed).shuffle(order)
@@ -99,12 +93,7 @@ def plan_layout(
     current: list[int] = []
     current_bytes = END_OF_ARCHIVE
     for i in order:
-        f = files[i]
-        need = (
-            member_bytes(sizes[i])
-            + member_bytes(len(str(f.class_idx)))
-            + member_bytes(json_bound(f.relpath, classes[f.class_idx]))
-        )
+        need = needs[i]
         full = len(current) >= options.max_count or current_bytes + need > options.max_size
         if current and full:
             groups.append(current)
@@ -116,12 +105,7 @@ def plan_layout(
 
     specs = []
     for n, group in enumerate(groups):
-        bound = END_OF_ARCHIVE + sum(
-            member_bytes(sizes[i])
-            + member_bytes(len(str(files[i].class_idx)))
-            + member_bytes(json_bound(files[i].relpath, classes[files[i].class_idx]))
-            for i in group
-        )
+        bound = END_OF_ARCHIVE + sum(needs[i] for i in group)
         specs.append(
             ShardSpec(
                 index=n,

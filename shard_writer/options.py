@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shard_writer.layout import LayoutOptions
+from shard_writer.listing import ListingColumns
 from shard_writer.probe import EncodeOptions
 from shard_writer.write import OnError
 from wdstool.base.errors import ConfigError
@@ -40,6 +41,11 @@ class PackOptions:
     sync: bool = True  # fsync shards before index.json (durability; not part of the output)
     engine: str = "local"  # "local" (process pool) or "ray"; never part of the output
     ray_address: str | None = None
+    # a listing SRC's columns (None: "path", "label", "caption"); a listing's content, not these
+    # names, is what the fingerprint covers, so they are not recorded
+    path_column: str | None = None
+    label_column: str | None = None
+    caption_column: str | None = None
 
     def __post_init__(self) -> None:
         if not _PREFIX_RE.match(self.prefix) or "/" in self.prefix:
@@ -54,6 +60,15 @@ class PackOptions:
             raise ConfigError(f"--engine {self.engine!r}: choose one of {', '.join(ENGINES)}")
         object.__setattr__(self, "on_error", OnError(self.on_error))
         LayoutOptions(max_count=self.max_count, max_size=self.max_size)  # validates limits
+        ListingColumns(
+            path=self.path_column, label=self.label_column, caption=self.caption_column
+        )  # validates names
+
+    @property
+    def columns(self) -> ListingColumns:
+        return ListingColumns(
+            path=self.path_column, label=self.label_column, caption=self.caption_column
+        )
 
     @property
     def layout(self) -> LayoutOptions:

@@ -1,6 +1,8 @@
-"""``pack``: ImageFolder tree -> shards + ``index.json``, in parallel, resumable, reproducible.
+"""``pack``: ImageFolder tree or listing -> shards + ``index.json``, in parallel, resumable,
+reproducible.
 
-Steps: scan SRC -> (measure re-encoded sizes) -> pure layout -> check DEST -> write the shards
+Steps: scan SRC (walk the tree, or read the listing) -> probe every image (measuring re-encoded
+sizes) -> pure layout -> check DEST -> write the shards
 not already complete (process pool) -> write ``index.json`` last. A shard is complete when its
 final file exists and its size and sha256 equal what its marker (written right after
 publishing) recorded; anything else is rewritten. Output bytes depend only on the input and on
@@ -20,10 +22,10 @@ from typing import Any
 from shard_writer.dest import STATE_DIR, Destination
 from shard_writer.execute import execute, init_worker
 from shard_writer.layout import plan_layout
+from shard_writer.listing import scan_source
 from shard_writer.options import PackOptions, PackSummary, ProgressFn, usable_cores
 from shard_writer.probe import probe_files
 from shard_writer.publish import fingerprint, prepare_dest, reusable, summary_from_manifest
-from shard_writer.scan import scan_imagefolder
 from shard_writer.write import OnError, ShardOutcome, ShardTask
 from wdstool.base.errors import InputError
 from wdstool.base.urls import is_remote, local_path
@@ -42,7 +44,8 @@ def pack(
     progress: ProgressFn | None = None,
     on_total: Callable[[int, int, str], None] | None = None,
 ) -> PackSummary:
-    """Pack the ImageFolder tree ``src`` into shards and ``index.json`` under ``dest_url``.
+    """Pack ``src`` (an ImageFolder tree, or a listing file: a .csv, .tsv, .jsonl or .parquet
+    file naming one image per row) into shards and ``index.json`` under ``dest_url``.
 
     ``on_total(items, shards, phase)`` announces each phase ("probe", then "pack");
     ``progress(samples, source bytes, shards)`` reports increments within it. Raises WdsToolError subclasses with one-line messages.
@@ -118,7 +121,7 @@ def _pack(
 ) -> PackSummary:
     progress = progress or (lambda *_: None)
     started = time.perf_counter()
-    scan = scan_imagefolder(src, storage_options)
+    scan = scan_source(src, options.columns, storage_options)
     if options.on_error is OnError.FAIL and scan.problems:
         p = scan.problems[0]
         raise InputError(f"{os.path.join(scan.root, p.path)}: {p.reason}")
@@ -136,7 +139,7 @@ def _pack(
     )
     skipped = [*scan.problems, *skipped]
     if not files:
-        raise InputError(f"{scan.root}: no valid images: all {len(skipped)} inputs were skipped")
+        raise InputError(f"{scan.name}: no valid images: all {len(skipped)} inputs were skipped")
     specs = plan_layout(
         files, scan.classes, options=options.layout, prefix=options.prefix, infos=infos
     )
@@ -166,6 +169,7 @@ def _pack(
             spec=spec,
             classes=scan.classes,
             encode=options.encode,
+            listing=scan.listing,
         )
         for spec in todo
     ]

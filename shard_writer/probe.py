@@ -10,14 +10,16 @@ up emptier than the layout planned.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from shard_writer import sources
 from shard_writer.image import BadImage, PreparedImage, prepare_image
-from shard_writer.scan import Scan, Skipped, SourceFile, printable
+from shard_writer.scan import Scan, Skipped, SourceFile, describe_stat_error, locate, printable
 from wdstool.base.errors import InputError
 from wdstool.base.urls import is_remote
 
@@ -47,21 +49,19 @@ class ImageInfo:
     height: int
     fmt: str
     payload_size: int
+    source_size: int = -1  # bytes of the source file (learned here when the scan did not stat it)
 
 
-def read_source(
-    root: str, relpath: str, expected_size: int | None, storage_options: dict | None = None
-) -> bytes:
+def read_source(url: str, expected_size: int | None, storage_options: dict | None = None) -> bytes:
     """Read a whole source file (or object); raise BadImage with a user-facing reason."""
-    if is_remote(root):
+    if is_remote(url):
         try:
-            data = sources.read_range(root, relpath, storage_options)
+            data = sources.read_range(url, storage_options)
         except sources.Missing:
             raise BadImage("vanished during pack") from None
     else:
-        path = os.path.join(root, relpath)
         try:
-            with open(path, "rb") as f:
+            with open(url, "rb") as f:
                 data = f.read()
         except FileNotFoundError:
             raise BadImage("vanished during pack (or broken symlink)") from None
@@ -72,25 +72,41 @@ def read_source(
     return data
 
 
+def source_size(url: str, storage_options: dict | None = None) -> int:
+    """The size of a source file nobody stat'ed yet (a listing's); BadImage when it is missing."""
+    if is_remote(url):
+        try:
+            return sources.object_size(url, storage_options)
+        except sources.Missing:
+            raise BadImage("missing file") from None
+    try:
+        st = os.stat(url)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT and not os.path.islink(url):
+            raise BadImage("missing file") from None
+        raise BadImage(describe_stat_error(url, exc)) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise BadImage("not a file" + (" (a directory)" if stat.S_ISDIR(st.st_mode) else ""))
+    return st.st_size
+
+
 def _ends_well(head: bytes, tail: bytes) -> bool:
     return b"\xff\xd9" in tail or b"IEND" in tail or not head.startswith((b"\xff\xd8", b"\x89PNG"))
 
 
-def _head_and_tail(
-    root: str, relpath: str, size: int, storage_options: dict | None = None
-) -> bytes:
+def _head_and_tail(url: str, size: int, storage_options: dict | None = None) -> bytes:
     """Enough of the file to parse the header and see the end marker, without reading it all."""
     if size <= 2 * 65536:
-        return read_source(root, relpath, None, storage_options)
-    if is_remote(root):
+        return read_source(url, None, storage_options)
+    if is_remote(url):
         try:
-            head = sources.read_range(root, relpath, storage_options, 0, 65536)
-            tail = sources.read_range(root, relpath, storage_options, size - _TAIL, size)
+            head = sources.read_range(url, storage_options, 0, 65536)
+            tail = sources.read_range(url, storage_options, size - _TAIL, size)
         except sources.Missing:
             raise BadImage("vanished during pack") from None
     else:
         try:
-            with open(os.path.join(root, relpath), "rb") as f:
+            with open(url, "rb") as f:
                 head = f.read(65536)
                 f.seek(size - _TAIL)
                 tail = f.read()
@@ -100,26 +116,28 @@ def _head_and_tail(
             raise BadImage(f"unreadable: {exc.strerror or exc}") from None
     if _ends_well(head, tail):
         return head + tail
-    return read_source(root, relpath, None, storage_options)  # rare: a trailer after the end marker
+    return read_source(url, None, storage_options)  # rare: a trailer after the end marker
 
 
 def probe_one(
     root: str, f: SourceFile, encode: EncodeOptions, storage_options: dict | None = None
 ) -> ImageInfo:
     """Check one input; raise BadImage with the reason."""
+    url = locate(root, f)
+    size = f.size if f.size >= 0 else source_size(url, storage_options)
     if encode.verify_decode or encode.reencode:
         img = prepare_image(
-            read_source(root, f.relpath, f.size, storage_options),
+            read_source(url, size, storage_options),
             verify_decode=encode.verify_decode,
             max_side=encode.max_side,
             quality=encode.quality,
         )
-        return ImageInfo(img.ext, img.width, img.height, img.fmt, len(img.payload))
-    if f.size == 0:
+        return ImageInfo(img.ext, img.width, img.height, img.fmt, len(img.payload), size)
+    if size == 0:
         raise BadImage("empty file")
-    sample = _head_and_tail(root, f.relpath, f.size, storage_options)
+    sample = _head_and_tail(url, size, storage_options)
     img = prepare_image(sample)
-    return ImageInfo(img.ext, img.width, img.height, img.fmt, f.size)
+    return ImageInfo(img.ext, img.width, img.height, img.fmt, size, size)
 
 
 def _probe_chunk(
@@ -143,7 +161,8 @@ def probe_files(
     pool: Executor | None = None,
 ) -> tuple[list[SourceFile], list[ImageInfo], list[Skipped]]:
     """Return (good files, their infos, skipped inputs), good files in scan order; probing
-    runs in ``pool`` when given (chunks of files), else inline."""
+    runs in ``pool`` when given (chunks of files), else inline. A good file whose size the scan
+    did not know (a listing's) comes back with the size the probe found."""
     files = list(scan.files)
     chunks = [files[i : i + _CHUNK] for i in range(0, len(files), _CHUNK)]
     results: list[ImageInfo | str] = []
@@ -163,12 +182,12 @@ def probe_files(
     good, infos, skipped = [], [], []
     for f, res in zip(files, results, strict=True):
         if isinstance(res, ImageInfo):
-            good.append(f)
+            good.append(f if f.size >= 0 else replace(f, size=res.source_size))
             infos.append(res)
         elif fail:
-            raise InputError(f"{os.path.join(scan.root, printable(f.relpath))}: {res}")
+            raise InputError(scan.describe(f, res))
         else:
-            skipped.append(Skipped(printable(f.relpath), res))
+            skipped.append(Skipped(printable(f.relpath), res, f.row))
     return good, infos, skipped
 
 
@@ -180,7 +199,7 @@ def payload_for(
     storage_options: dict | None = None,
 ) -> tuple[bytes, int]:
     """(bytes to store, source bytes read) for a probed input, at write time."""
-    data = read_source(root, f.relpath, f.size, storage_options)
+    data = read_source(locate(root, f), f.size, storage_options)
     if not encode.reencode:
         return data, len(data)
     img: PreparedImage = prepare_image(data, max_side=encode.max_side, quality=encode.quality)

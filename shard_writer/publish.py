@@ -21,6 +21,9 @@ STATE_NAME = f"{STATE_DIR}/state.json"
 
 
 def fingerprint(scan: Scan, specs: tuple[ShardSpec, ...], options: PackOptions) -> str:
+    """What the shards are made of: options, classes, and per sample its path, size, label and
+    key, plus (from a listing) its caption and other columns. A DEST whose interrupted pack
+    has another fingerprint holds a different dataset."""
     h = hashlib.sha256()
     h.update(json.dumps({"options": options.recorded(), "classes": scan.classes}).encode())
     for spec in specs:
@@ -29,6 +32,8 @@ def fingerprint(scan: Scan, specs: tuple[ShardSpec, ...], options: PackOptions) 
             h.update(
                 f"\0{f.relpath}\0{f.size}\0{f.class_idx}\0{key}".encode("utf-8", "surrogateescape")
             )
+            if f.caption or f.extra:  # never for an ImageFolder tree: its fingerprint is unchanged
+                h.update(b"\1" + json.dumps([f.caption, f.extra]).encode("ascii"))
     return h.hexdigest()
 
 

@@ -1,4 +1,5 @@
-"""Walk an ImageFolder root exactly as torchvision does.
+"""Walk an ImageFolder root exactly as torchvision does; the records every source of samples
+(this walk, or a listing file: :mod:`shard_writer.listing`) hands to probe, layout and write.
 
 ``torchvision.datasets.ImageFolder`` sorts class folders by name, gives them indices in that
 order, walks each class folder with ``sorted(os.walk(..., followlinks=True))`` and keeps the files
@@ -33,34 +34,73 @@ IMG_EXTENSIONS: tuple[str, ...] = (
 
 @dataclass(frozen=True, slots=True)
 class SourceFile:
-    """One candidate image: its position in ImageFolder order, path relative to the root, label."""
+    """One candidate image: its position in source order, its path, label and metadata.
+
+    From an ImageFolder tree: ``relpath`` is relative to the root, ``size`` comes from the walk,
+    the other fields keep their defaults. From a listing: ``index`` is the row's position,
+    ``relpath`` the path as the listing gives it, ``url`` where it is read from, ``size`` -1 until
+    the probe learns it, ``row`` the row number shown in messages (1-based), ``class_idx`` -1
+    without a label, ``caption`` the text for ``KEY.txt`` and ``extra`` the row's other columns as
+    canonical JSON (an object), merged into ``KEY.json``.
+    """
 
     index: int
     relpath: str
     class_idx: int
     size: int
+    url: str = ""
+    row: int = 0
+    caption: str = ""
+    extra: str = ""
+
+
+def locate(root: str, f: SourceFile) -> str:
+    """Where ``f`` is read from: a local path or a URL."""
+    if f.url:
+        return f.url
+    return sources.url_of(root, f.relpath) if is_remote(root) else os.path.join(root, f.relpath)
+
+
+def describe(root: str, listing: str | None, f: SourceFile, reason: str) -> str:
+    """A one-line message about a bad input: its path (and listing row), then ``reason``."""
+    if f.row:
+        return f"{listing or 'listing'}: row {f.row}: {printable(f.url or f.relpath)}: {reason}"
+    return f"{os.path.join(root, printable(f.relpath))}: {reason}"
 
 
 @dataclass(frozen=True, slots=True)
 class Skipped:
-    """An input left out of the dataset, and why."""
+    """An input left out of the dataset, and why (``row``: its listing row, 0 for a tree)."""
 
     path: str
     reason: str
+    row: int = 0
 
-    def to_json(self) -> dict[str, str]:
+    def to_json(self) -> dict[str, str | int]:
+        if self.row:
+            return {"row": self.row, "path": self.path, "reason": self.reason}
         return {"path": self.path, "reason": self.reason}
 
 
 @dataclass(frozen=True, kw_only=True)
 class Scan:
-    """The result of walking SRC: classes in label order, files in ImageFolder order."""
+    """The result of reading SRC: classes in label order, files in source order (ImageFolder
+    order, or a listing's row order). A listing's ``root`` is its folder."""
 
     root: str
     classes: tuple[str, ...]
     files: tuple[SourceFile, ...]
     problems: tuple[Skipped, ...]
     storage_options: dict | None = None  # for a SRC on an object store
+    listing: str | None = None  # the listing file SRC names, if it is one
+
+    @property
+    def name(self) -> str:
+        """SRC as messages name it."""
+        return self.listing or self.root
+
+    def describe(self, f: SourceFile, reason: str) -> str:
+        return describe(self.root, self.listing, f, reason)
 
     @property
     def class_to_idx(self) -> dict[str, int]:
@@ -72,7 +112,7 @@ def printable(path: str) -> str:
     return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
-def _describe_stat_error(path: str, exc: OSError) -> str:
+def describe_stat_error(path: str, exc: OSError) -> str:
     if exc.errno == errno.ELOOP:
         return "symlink loop: cannot stat"
     if exc.errno == errno.ENOENT and os.path.islink(path):
@@ -122,7 +162,7 @@ def scan_imagefolder(root: str | os.PathLike[str], storage_options: dict | None 
                 try:
                     st = os.stat(path)
                 except OSError as exc:
-                    problems.append(Skipped(printable(rel), _describe_stat_error(path, exc)))
+                    problems.append(Skipped(printable(rel), describe_stat_error(path, exc)))
                     continue
                 files.append(SourceFile(len(files), rel, class_idx, st.st_size))
         if found == 0:

@@ -6,6 +6,9 @@ per "folder"); samples are read by the tasks with ranged GETs (the probe reads t
 the tail of each image, the shard writer the whole object). Every remote call is retried with
 :class:`wdstool.base.retry.RetryPolicy`; what is left is a one-line error naming the URL.
 
+Images a listing names by URL, and a listing file on an object store, are read here too
+(:func:`read_range`, :func:`object_size`: one object by its full URL).
+
 A local SRC (a path or ``file://``) never comes here: :mod:`shard_writer.scan` walks it with
 ``os.walk`` exactly as torchvision does, and the listing below reproduces that order, so the
 same tree packed from S3 or from disk gives byte-identical shards.
@@ -14,13 +17,16 @@ same tree packed from S3 or from disk gives byte-identical shards.
 from __future__ import annotations
 
 import posixpath
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from wdstool.base.credentials import redact
 from wdstool.base.errors import InputError, StorageError
 from wdstool.base.retry import DEFAULT_RETRY, describe, error_code
 from wdstool.base.s3 import cached_s3_client, filesystem
 from wdstool.base.urls import is_s3, split_s3
+
+T = TypeVar("T")
 
 
 class Missing(Exception):
@@ -97,17 +103,14 @@ def imagefolder_order(
 
 
 def read_range(
-    root: str,
-    relpath: str,
+    url: str,
     storage_options: dict[str, Any] | None = None,
     start: int | None = None,
     end: int | None = None,
 ) -> bytes:
-    """Bytes ``[start, end)`` of one remote source object (the whole object by default).
+    """Bytes ``[start, end)`` of one remote object (the whole object by default).
     Raises Missing when it does not exist, StorageError when retries run out."""
-    url = url_of(root, relpath)
-
-    if is_s3(root):
+    if is_s3(url):
         bucket, key = split_s3(url)
 
         def get() -> bytes:
@@ -122,16 +125,49 @@ def read_range(
                 raise
             return resp["Body"].read()
     else:
-        fs, path = _fs(root, storage_options)
+        fs, path = _fs(url, storage_options)
 
         def get() -> bytes:
             try:
-                return fs.cat_file(f"{path}/{relpath}", start=start, end=end)
+                return fs.cat_file(path, start=start, end=end)
             except FileNotFoundError:
                 raise Missing(url) from None
 
+    return _retried(url, get, storage_options)
+
+
+def object_size(url: str, storage_options: dict[str, Any] | None = None) -> int:
+    """The size of one remote object (a HEAD request on S3). Raises Missing when there is no
+    object under that name (a prefix is not an object), StorageError when retries run out."""
+    if is_s3(url):
+        bucket, key = split_s3(url)
+
+        def head() -> int:
+            try:
+                resp = cached_s3_client(storage_options).head_object(Bucket=bucket, Key=key)
+            except Exception as exc:
+                if error_code(exc)[0] in ("NoSuchKey", "404", "NotFound"):
+                    raise Missing(url) from None
+                raise
+            return int(resp["ContentLength"])
+    else:
+        fs, path = _fs(url, storage_options)
+
+        def head() -> int:
+            try:
+                info = fs.info(path)
+            except FileNotFoundError:
+                raise Missing(url) from None
+            if info.get("type") == "directory":
+                raise Missing(url)
+            return int(info.get("size") or info.get("Size") or 0)
+
+    return _retried(url, head, storage_options)
+
+
+def _retried(url: str, fn: Callable[[], T], storage_options: dict[str, Any] | None) -> T:
     try:
-        return DEFAULT_RETRY.call(url, get)
+        return DEFAULT_RETRY.call(url, fn)
     except (Missing, StorageError):
         raise
     except Exception as exc:

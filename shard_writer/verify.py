@@ -96,7 +96,10 @@ def inspect_dataset(source: str, *, nkeys: int = 5, storage_options: dict | None
     return info
 
 
-def _check_sample(sample: Any, url: str, nclasses: int, decode: bool) -> None:
+def _check_sample(sample: Any, url: str, nclasses: int, decode: bool) -> bool:
+    """Check one sample; return whether it has a label (``.cls``). With class names in the
+    manifest every sample needs one; without (a listing with integer labels or none), a label
+    is optional, but must be an integer when present."""
     images = [e for e in sample.parts if e in IMAGE_EXTENSIONS]
     if len(images) != 1:
         raise ShardError(
@@ -104,15 +107,10 @@ def _check_sample(sample: Any, url: str, nclasses: int, decode: bool) -> None:
         )
     cls = sample.parts.get("cls")
     if cls is None:
-        raise ShardError(f"{url}: sample {sample.key!r} has no .cls member")
-    try:
-        label = int(cls.decode("ascii"))
-    except (UnicodeDecodeError, ValueError):
-        raise ShardError(
-            f"{url}: sample {sample.key!r} has a non-integer label {cls[:20]!r}"
-        ) from None
-    if nclasses and not 0 <= label < nclasses:
-        raise ShardError(f"{url}: sample {sample.key!r} label {label} outside 0..{nclasses - 1}")
+        if nclasses:
+            raise ShardError(f"{url}: sample {sample.key!r} has no .cls member")
+    else:
+        _check_label(sample.key, cls, url, nclasses)
     if decode:
         from wdstool.format.decode import decode_rgb
 
@@ -120,6 +118,16 @@ def _check_sample(sample: Any, url: str, nclasses: int, decode: bool) -> None:
             decode_rgb(sample.parts[images[0]], images[0])
         except WdsToolError as exc:
             raise ShardError(f"{url}: sample {sample.key!r}: {exc.message}") from None
+    return cls is not None
+
+
+def _check_label(key: str, cls: bytes, url: str, nclasses: int) -> None:
+    try:
+        label = int(cls.decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        raise ShardError(f"{url}: sample {key!r} has a non-integer label {cls[:20]!r}") from None
+    if nclasses and not 0 <= label < nclasses:
+        raise ShardError(f"{url}: sample {key!r} label {label} outside 0..{nclasses - 1}")
 
 
 def verify_shard(
@@ -146,6 +154,7 @@ def verify_shard(
     with f:
         reader = _HashingReader(f, on_bytes)
         seen: set[str] = set()
+        labelled: set[bool] = set()
         n = 0
         unsafe: list[UnsafeMember] = []
 
@@ -161,7 +170,11 @@ def verify_shard(
             if sample.key in seen:
                 raise ShardError(f"{url}: duplicate key {sample.key!r}")
             seen.add(sample.key)
-            _check_sample(sample, url, len(manifest.classes), decode)
+            labelled.add(_check_sample(sample, url, len(manifest.classes), decode))
+            if len(labelled) > 1:
+                raise ShardError(
+                    f"{url}: sample {sample.key!r}: some samples have a .cls, some not"
+                )
             n += 1
         reader.drain()
     if entry.filesize >= 0 and reader.size != entry.filesize:

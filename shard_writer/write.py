@@ -21,8 +21,9 @@ from typing import Any, BinaryIO
 from shard_writer.dest import STATE_DIR, Destination, ETagHasher
 from shard_writer.image import BadImage
 from shard_writer.layout import ShardSpec
+from shard_writer.members import sample_members
 from shard_writer.probe import EncodeOptions, payload_for
-from shard_writer.scan import printable
+from shard_writer.scan import describe
 from wdstool.base.errors import DestinationError, InputError
 from wdstool.format.tar_write import END, write_member
 
@@ -40,6 +41,7 @@ class ShardTask:
     spec: ShardSpec
     classes: tuple[str, ...]
     encode: EncodeOptions
+    listing: str | None = None  # the listing SRC names, for messages
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,19 +159,9 @@ def _write_samples(
             payload, nread = payload_for(task.root, f, info, task.encode, task.storage_options)
         except BadImage as exc:
             # the probe accepted it: the file changed since; counts are fixed by now
-            raise InputError(f"{os.path.join(task.root, printable(f.relpath))}: {exc}") from None
-        meta = {
-            "path": printable(f.relpath),
-            "class": task.classes[f.class_idx],
-            "class_index": f.class_idx,
-            "width": info.width,
-            "height": info.height,
-            "format": info.fmt.lower(),
-        }
-        filesize += write_member(write, f"{key}.{info.ext}", payload)
-        filesize += write_member(write, f"{key}.cls", b"%d" % f.class_idx)
-        meta_bytes = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode("ascii")
-        filesize += write_member(write, f"{key}.json", meta_bytes)
+            raise InputError(describe(task.root, task.listing, f, str(exc))) from None
+        for name, data in sample_members(f, info, key, payload, task.classes):
+            filesize += write_member(write, name, data)
         nsamples += 1
         source_bytes += nread
         if on_sample is not None:

@@ -1,4 +1,4 @@
-"""``wdstool pack``: an ImageFolder tree -> tar shards + index.json."""
+"""``wdstool pack``: an ImageFolder tree or a listing file -> tar shards + index.json."""
 
 from __future__ import annotations
 
@@ -53,7 +53,8 @@ from wdstool.cli.common import emit_json, progress_enabled, storage_options_from
     "--shuffle/--no-shuffle",
     default=True,
     show_default=True,
-    help="--no-shuffle keeps ImageFolder order (class-sorted shards).",
+    help="--no-shuffle keeps the source order (ImageFolder order: class-sorted shards; a "
+    "listing: its row order).",
 )
 @click.option(
     "--max-side",
@@ -112,6 +113,26 @@ from wdstool.cli.common import emit_json, progress_enabled, storage_options_from
     "--workers CPUs is started and stopped). Clusters started with `ray start` use token "
     "auth: the driver needs the cluster's token (RAY_AUTH_TOKEN or ~/.ray/auth_token).",
 )
+@click.option(
+    "--path-column",
+    default=None,
+    metavar="NAME",
+    help="Listing SRC: the column holding the image paths [default: path].",
+)
+@click.option(
+    "--label-column",
+    default=None,
+    metavar="NAME",
+    help="Listing SRC: the column holding labels (ints, or class names indexed in sorted "
+    "order) [default: label, if there is one].",
+)
+@click.option(
+    "--caption-column",
+    default=None,
+    metavar="NAME",
+    help="Listing SRC: the column holding captions, stored as KEY.txt [default: caption, if "
+    "there is one].",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no human summary.")
 @storage_options_from_cli
@@ -133,21 +154,35 @@ def pack_cmd(
     sync: bool,
     engine: str,
     ray_address: str | None,
+    path_column: str | None,
+    label_column: str | None,
+    caption_column: str | None,
     as_json: bool,
     quiet: bool,
     storage_options: dict[str, Any] | None,
 ) -> None:
-    """Convert the ImageFolder tree SRC (SRC/<class>/<image>) into tar shards in DEST.
+    """Convert SRC into tar shards in DEST. SRC is either
+
+    \b
+    - an ImageFolder tree: SRC/<class>/<image>, labels from the class folders
+      (sorted, as torchvision's ImageFolder), or
+    - a listing file: a .csv, .tsv, .jsonl or .parquet file with one row per image.
+      Columns: path (required; relative to the listing's folder, absolute, or a URL),
+      label (optional; ints, or class names indexed in sorted order), caption (optional;
+      stored as KEY.txt), any others (stored in KEY.json). Rows keep their order
+      until the pack-time shuffle. --path-column, --label-column and --caption-column
+      name other columns.
 
     DEST gets PREFIX-000000.tar, ... and, last, index.json (a folder with index.json is a
     complete dataset). Samples: KEY.jpg (original bytes; extension from the real format),
-    KEY.cls (class index) and KEY.json (source path, class, width, height). The same input
+    KEY.cls (class index, when labelled), KEY.txt (caption, when there is one) and KEY.json
+    (source path, class, width, height, and a listing's other columns). The same input
     and options always give byte-identical shards. An interrupted pack is finished by
     running the same command again.
 
     DEST may be a local folder or any fsspec URL, e.g. s3://bucket/prefix: each shard is built
     locally, uploaded whole, checked (size and ETag), and index.json is uploaded last. SRC may
-    be one too (listed once, recursively; images read with ranged GETs).
+    be one too (a tree is listed once, recursively; images are read with ranged GETs).
     """
     from tqdm import tqdm
 
@@ -168,6 +203,9 @@ def pack_cmd(
         sync=sync,
         engine=engine,
         ray_address=ray_address,
+        path_column=path_column,
+        label_column=label_column,
+        caption_column=caption_column,
     )
     bar = tqdm(
         total=0,
@@ -218,8 +256,9 @@ def pack_cmd(
             f"{summary.samples} samples); nothing to do"
         )
         return
+    classes = f" in {summary.classes} classes" if summary.classes else ""
     click.echo(
-        f"packed {summary.samples} images in {summary.classes} classes into {summary.shards} "
+        f"packed {summary.samples} images{classes} into {summary.shards} "
         f"shards ({format_size(summary.total_bytes)}) at {summary.dest}\n"
         f"  {summary.seconds:.1f} s, {summary.images_per_s:.0f} images/s, "
         f"{summary.mb_per_s:.0f} MB/s, {summary.workers} workers; "
@@ -233,6 +272,7 @@ def pack_cmd(
     if summary.skipped:
         click.echo(f"  skipped {len(summary.skipped)} inputs:")
         for s in summary.skipped[:20]:
-            click.echo(f"    {s['path']}: {s['reason']}")
+            row = f"row {s['row']}: " if s.get("row") else ""
+            click.echo(f"    {row}{s['path']}: {s['reason']}")
         if len(summary.skipped) > 20:
             click.echo(f"    ... and {len(summary.skipped) - 20} more (see index.json 'skipped')")

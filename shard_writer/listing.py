@@ -1,0 +1,318 @@
+"""SRC as a listing file: one row per image, in the order the shards' samples start from.
+
+``wdstool pack LISTING DEST`` where LISTING is a ``.csv``, ``.tsv``, ``.jsonl`` or ``.parquet``
+file, local or at any fsspec URL. Columns (renamed with :class:`ListingColumns`):
+
+- ``path`` (required): the image, relative to the listing's folder (on S3 too), absolute, or a
+  URL (``s3://...``, any fsspec URL). Two rows naming the same image are an error.
+- ``label`` (optional): integer labels or class names, never both. In a CSV/TSV every value is
+  text: when every label is ASCII digits they are integers, otherwise all are names. In JSON
+  Lines and parquet an int (>= 0) is an integer label and a string a name. Names are indexed in
+  sorted order, as torchvision's ImageFolder indexes its folders, and recorded as the manifest's
+  ``classes`` (empty for integer labels). Anything else (empty, null, negative, float, bool,
+  list, object, ints mixed with names) is an error naming the row.
+- ``caption`` (optional): text for ``KEY.txt`` (none when empty or null).
+- every other column goes into ``KEY.json`` as the listing typed it. JSON cannot hold some
+  parquet values: dates, times and timestamps become ISO 8601 strings and decimals exact
+  strings; binary values and durations are an error naming the column.
+
+Everything is checked here, before any image is read: a bad listing is one error naming the
+file and the row, never a partial dataset. The images are checked by the probe, as a tree's.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import json
+import math
+import os
+import posixpath
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from shard_writer import sources
+from shard_writer.listing_read import FORMATS, Row, read_rows
+from shard_writer.scan import Scan, SourceFile, scan_imagefolder
+from wdstool.base.credentials import redact
+from wdstool.base.errors import ConfigError, InputError, StorageError
+from wdstool.base.urls import is_remote, local_path
+
+_DIGITS = re.compile(r"[0-9]+")
+USE = "use .csv, .tsv, .jsonl or .parquet"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ListingColumns:
+    """Which columns hold the path, the label and the caption. A name given here must exist
+    in the listing; the defaults (``path``, ``label``, ``caption``) are optional but ``path``."""
+
+    path: str | None = None
+    label: str | None = None
+    caption: str | None = None
+
+    def __post_init__(self) -> None:
+        for opt, value in (("path", self.path), ("label", self.label), ("caption", self.caption)):
+            if value is not None and not value:
+                raise ConfigError(f"--{opt}-column: the column name is empty")
+        names = self.names
+        if len(set(names)) != 3:
+            raise ConfigError(
+                f"--path-column, --label-column and --caption-column must differ: {names}"
+            )
+
+    @property
+    def names(self) -> tuple[str, str, str]:
+        return (self.path or "path", self.label or "label", self.caption or "caption")
+
+    @property
+    def given(self) -> bool:
+        return (self.path, self.label, self.caption) != (None, None, None)
+
+
+def listing_format(src: str) -> str | None:
+    """The listing format SRC's name says, or None (a folder or prefix)."""
+    return FORMATS.get(_suffix(src))
+
+
+def _suffix(src: str) -> str:
+    last = src.rstrip("/").rsplit("/", 1)[-1]
+    return posixpath.splitext(last)[1].lower()
+
+
+def unknown_format(src: str) -> str:
+    return f"{src}: unknown listing format {_suffix(src)!r} ({USE})"
+
+
+def scan_source(
+    src: str, columns: ListingColumns | None = None, storage_options: dict | None = None
+) -> Scan:
+    """SRC as a :class:`Scan`: a listing file by its extension, else an ImageFolder tree."""
+    columns = columns or ListingColumns()
+    fmt = listing_format(src)
+    if fmt is not None:
+        return scan_listing(src, fmt, columns, storage_options)
+    if columns.given:
+        raise ConfigError(
+            f"{src}: --path-column, --label-column and --caption-column apply to a listing SRC "
+            f"(a .csv, .tsv, .jsonl or .parquet file), not to an ImageFolder tree"
+        )
+    path = local_path(src)
+    if not is_remote(src) and not os.path.lexists(path):
+        raise InputError(f"{src}: no such directory or listing file")
+    if not is_remote(src) and os.path.exists(path) and not os.path.isdir(path):
+        if _suffix(src):
+            raise InputError(unknown_format(src))
+        raise InputError(
+            f"{src}: neither a directory (an ImageFolder tree SRC/<class>/<image>) "
+            f"nor a listing file ({USE})"
+        )
+    try:
+        return scan_imagefolder(src, storage_options)
+    except InputError:
+        if is_remote(src) and _suffix(src) and _is_object(src, storage_options):
+            raise InputError(unknown_format(src)) from None
+        raise
+
+
+def _is_object(url: str, storage_options: dict | None) -> bool:
+    try:
+        sources.object_size(url, storage_options)
+    except (sources.Missing, StorageError, InputError):
+        return False
+    return True
+
+
+def scan_listing(
+    url: str, fmt: str, columns: ListingColumns, storage_options: dict | None = None
+) -> Scan:
+    """Read and check the listing at ``url``; its rows become the scan's files, in row order."""
+    names, rows = read_rows(_read(url, storage_options), fmt, url)
+    if not rows:
+        raise InputError(f"{url}: no rows (expected one row per image after the header)")
+    path_col, label_col, caption_col = columns.names
+    for col, given, flag in (
+        (path_col, True, "path"),
+        (label_col, columns.label is not None, "label"),
+        (caption_col, columns.caption is not None, "caption"),
+    ):
+        if given and col not in names:
+            found = ", ".join(repr(n) for n in names) or "none"
+            raise InputError(
+                f"{url}: no {col!r} column (columns found: {found}); "
+                f"name the {flag} column with --{flag}-column"
+            )
+    classes, labels = _labels(url, rows, label_col if label_col in names else None, fmt)
+    base = _folder(url)
+    own = {path_col, label_col, caption_col}
+    files: list[SourceFile] = []
+    seen: dict[str, Row] = {}
+    for i, row in enumerate(rows):
+        path = _text_value(url, row, path_col, "path")
+        if not path:
+            raise InputError(f"{url}: {row.where()}: empty path")
+        where = resolve(base, path)
+        if where in seen:
+            raise InputError(
+                f"{url}: duplicate path {path!r} in {seen[where].where()} and {row.where()}"
+            )
+        seen[where] = row
+        extra = {k: _jsonable(url, row, k, v) for k, v in row.values.items() if k not in own}
+        files.append(
+            SourceFile(
+                index=i,
+                relpath=path,
+                class_idx=labels[i],
+                size=-1,
+                url=where,
+                row=row.number,
+                caption=_text_value(url, row, caption_col, "caption"),
+                extra=json.dumps(extra, sort_keys=True, separators=(",", ":")) if extra else "",
+            )
+        )
+    return Scan(
+        root=base,
+        classes=classes,
+        files=tuple(files),
+        problems=(),
+        storage_options=storage_options,
+        listing=url,
+    )
+
+
+def _read(url: str, storage_options: dict | None) -> bytes:
+    if not is_remote(url):
+        path = local_path(url)
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            raise InputError(f"{url}: no such listing file") from None
+        except IsADirectoryError:
+            raise InputError(
+                f"{url}: a directory, not a listing file (an ImageFolder tree's name "
+                "cannot end in .csv, .tsv, .jsonl or .parquet)"
+            ) from None
+        except OSError as exc:
+            raise InputError(f"{url}: cannot read the listing: {exc.strerror or exc}") from None
+    try:
+        return sources.read_range(url, storage_options)
+    except sources.Missing:
+        raise InputError(f"{url}: no such listing file") from None
+    except StorageError as exc:
+        raise InputError(redact(exc.message, storage_options)) from None
+
+
+def _folder(url: str) -> str:
+    """The folder relative paths resolve against: absolute for a local listing."""
+    if is_remote(url):
+        return url.rsplit("/", 1)[0]
+    return os.path.dirname(os.path.abspath(local_path(url)))
+
+
+def resolve(base: str, path: str) -> str:
+    """Where a listing's ``path`` is: a URL as is, an absolute path as is, a relative path
+    against the listing's folder ``base`` (a local folder or a URL)."""
+    if "://" in path:
+        return local_path(path)
+    if path.startswith("/"):
+        return path
+    if not is_remote(base):
+        return os.path.normpath(os.path.join(base, path))
+    scheme, rest = base.split("://", 1)
+    bucket, _, prefix = rest.partition("/")
+    return f"{scheme}://{bucket}{posixpath.normpath(posixpath.join('/', prefix, path))}"
+
+
+def _text_value(url: str, row: Row, col: str, what: str) -> str:
+    value = row.values.get(col)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise InputError(
+            f"{url}: {row.where()}: {what} {value!r} is not text ({type(value).__name__})"
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"{url}: {row.where()}: {what} is not valid Unicode text") from None
+    return value
+
+
+def _label_kind(value: Any, typed: bool) -> str | None:
+    """ "int", "name", or None for a value that is neither."""
+    if isinstance(value, str):
+        if not value.strip():
+            return None
+        return "int" if not typed and _DIGITS.fullmatch(value) else "name"
+    if typed and isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return "int"
+    return None
+
+
+def _labels(
+    url: str, rows: list[Row], col: str | None, fmt: str
+) -> tuple[tuple[str, ...], list[int]]:
+    """(classes, label per row: -1 without a label column)."""
+    if col is None:
+        return (), [-1] * len(rows)
+    typed = fmt in ("jsonl", "parquet")
+    kinds = []
+    for row in rows:
+        value = row.values.get(col)
+        kind = _label_kind(value, typed)
+        if kind is None:
+            shown = (
+                "(empty)"
+                if value is None or (isinstance(value, str) and not value.strip())
+                else f"{value!r} ({type(value).__name__})"
+            )
+            raise InputError(
+                f"{url}: {row.where()}: label {shown} is neither an int nor a name "
+                "(labels are ints >= 0 or class names)"
+            )
+        kinds.append(kind)
+    values = [row.values[col] for row in rows]
+    if not typed:  # CSV/TSV: integers only when every label is digits
+        if all(k == "int" for k in kinds):
+            return (), [int(v) for v in values]
+        classes = tuple(sorted(set(values)))
+    else:
+        first = kinds[0]
+        for row, kind in zip(rows, kinds, strict=True):
+            if kind != first:
+                raise InputError(
+                    f"{url}: {row.where()}: label {row.values[col]!r} is neither an int nor a "
+                    f"name like the others ({rows[0].where()} has {rows[0].values[col]!r}; "
+                    "a label column holds ints or class names, not both)"
+                )
+        if first == "int":
+            return (), list(values)
+        classes = tuple(sorted(set(values)))
+    index = {c: i for i, c in enumerate(classes)}
+    return classes, [index[v] for v in values]
+
+
+def _jsonable(url: str, row: Row, col: str, value: Any) -> Any:
+    """A column's value as JSON can hold it; one-line InputError naming the column if not."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InputError(
+                f"{url}: {row.where()}: column {col!r} holds {value}, which JSON cannot hold"
+            )
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(url, row, col, v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(url, row, col, v) for k, v in value.items()}
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()  # also datetime and pandas.Timestamp (subclasses)
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    raise InputError(
+        f"{url}: {row.where()}: column {col!r} holds {type(value).__name__} values, which "
+        "KEY.json cannot hold (drop or convert the column)"
+    )

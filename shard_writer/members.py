@@ -1,0 +1,75 @@
+"""The tar members of one sample, and the bytes the layout reserves for them.
+
+Every sample has ``KEY.<ext>`` (the image; the extension from its bytes) and ``KEY.json``; a
+labelled one ``KEY.cls`` (the class index, ASCII digits); one with a caption ``KEY.txt`` (UTF-8).
+``KEY.json`` holds ``path``, ``width``, ``height``, ``format`` and, with a label, ``class_index``
+and ``class`` (a class name; absent for integer labels), plus a listing row's other columns,
+which win over those keys when a listing has a column of the same name. It is canonical JSON
+(sorted keys, ASCII), so the same sample always gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from shard_writer.probe import ImageInfo
+from shard_writer.scan import SourceFile, printable
+from wdstool.format.tar_write import member_bytes
+
+# The .json member (relative path, class, width, height, format) fits one block unless the path
+# is long; this bound is what the layout reserves for it (plus a listing row's extra columns).
+_JSON_OVERHEAD = 128
+
+
+def json_bound(relpath: str, class_name: str) -> int:
+    """Upper bound of the .json member's own fields (exact sizes vary with digits)."""
+    return (
+        _JSON_OVERHEAD + len(relpath.encode("utf-8", "surrogateescape")) * 6 + len(class_name) * 6
+    )
+
+
+def _class_name(f: SourceFile, classes: Sequence[str]) -> str:
+    return classes[f.class_idx] if classes and f.class_idx >= 0 else ""
+
+
+def sample_bound(f: SourceFile, payload_size: int, classes: Sequence[str]) -> int:
+    """Bytes the sample's members take in a shard, at most (headers and padding included)."""
+    need = member_bytes(payload_size) + member_bytes(
+        json_bound(f.relpath, _class_name(f, classes)) + len(f.extra)
+    )
+    if f.class_idx >= 0:
+        need += member_bytes(len(str(f.class_idx)))
+    if f.caption:
+        need += member_bytes(len(f.caption.encode("utf-8")))
+    return need
+
+
+def metadata(f: SourceFile, info: ImageInfo, classes: Sequence[str]) -> bytes:
+    """The ``KEY.json`` payload."""
+    meta: dict[str, object] = {
+        "path": printable(f.relpath),
+        "width": info.width,
+        "height": info.height,
+        "format": info.fmt.lower(),
+    }
+    if f.class_idx >= 0:
+        meta["class_index"] = f.class_idx
+        if classes:
+            meta["class"] = classes[f.class_idx]
+    if f.extra:
+        meta.update(json.loads(f.extra))  # a listing's own column wins
+    return json.dumps(meta, sort_keys=True, separators=(",", ":")).encode("ascii")
+
+
+def sample_members(
+    f: SourceFile, info: ImageInfo, key: str, payload: bytes, classes: Sequence[str]
+) -> list[tuple[str, bytes]]:
+    """(member name, bytes) of one sample, in the order they are written."""
+    members = [(f"{key}.{info.ext}", payload)]
+    if f.class_idx >= 0:
+        members.append((f"{key}.cls", b"%d" % f.class_idx))
+    if f.caption:
+        members.append((f"{key}.txt", f.caption.encode("utf-8")))
+    members.append((f"{key}.json", metadata(f, info, classes)))
+    return members
