@@ -22,7 +22,7 @@ from loaders.bench.baselines import (
 from loaders.bench.measure import RunResult, measure, recommend
 from loaders.bench.tokenize import Tokenize
 from loaders.loader import make_loader
-from loaders.source import resolve_source
+from loaders.source import Source, resolve_source
 from wdstool.base.errors import ConfigError, WdsToolError
 from wdstool.format.decode import PARTIAL_DECODE
 
@@ -56,6 +56,8 @@ class BenchConfig:
     fields: tuple[tuple[str, str], ...] = ()  # (batch key, member spec)
     tokenize: str | None = None  # a field whose text the stand-in tokenizer turns into ids
     plain: bool = False  # also run the loader with image + label only ("wdstool-plain")
+    sources: tuple[tuple[str, float], ...] = ()  # a mixture instead of ``source`` (url, weight)
+    epoch_size: int | None = None
 
     def __post_init__(self) -> None:
         if self.batch_size < 1 or self.repeats < 1 or self.epochs < 1 or self.warmup < 0:
@@ -172,9 +174,11 @@ def run_stream_bench(
             for w in cfg.workers:
 
                 def ours(w: int = w, plain: bool = False) -> Any:
+                    mixture = [Source(u, weight=wt) for u, wt in cfg.sources]
                     return make_loader(
-                        cfg.source,
+                        cfg.source if plain or not mixture else mixture,
                         cfg.batch_size,
+                        epoch_size=None if plain else cfg.epoch_size,
                         label="cls" if plain else cfg.label,
                         fields=None if plain else dict(cfg.fields),
                         fields_fn=None if plain or not cfg.tokenize else Tokenize(cfg.tokenize),

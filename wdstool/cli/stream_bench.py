@@ -78,6 +78,20 @@ from wdstool.cli.common import progress_enabled, storage_options_from_cli
     "any member extension (bytes); e.g. --field caption=txt.",
 )
 @click.option(
+    "--source",
+    "mixture",
+    multiple=True,
+    metavar="URL=WEIGHT",
+    help="Measure a mixture instead of SOURCE alone (repeatable): make_loader([Source(URL, "
+    "weight=WEIGHT), ...]); with --compare plain, SOURCE alone runs interleaved with it.",
+)
+@click.option(
+    "--epoch-size",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Samples per epoch of the mixture [default: the sum of the sources' sizes].",
+)
+@click.option(
     "--tokenize",
     default=None,
     metavar="FIELD",
@@ -142,6 +156,8 @@ def stream_bench_cmd(
     step_ms: float,
     label: str,
     fields: tuple[str, ...],
+    mixture: tuple[str, ...],
+    epoch_size: int | None,
     tokenize: str | None,
     compare: tuple[str, ...],
     with_ceiling: bool,
@@ -185,6 +201,16 @@ def stream_bench_cmd(
         if not sep or not name or not spec:
             raise ConfigError(f"--field {item!r}: write NAME=SPEC, e.g. caption=txt")
         pairs.append((name, spec))
+    weighted = []
+    for item in mixture:
+        url, sep, weight = item.rpartition("=")
+        try:
+            value = float(weight)
+        except ValueError:
+            value = -1.0
+        if not sep or not url or not value > 0:
+            raise ConfigError(f"--source {item!r}: write URL=WEIGHT with a weight > 0")
+        weighted.append((url, value))
     cfg = BenchConfig(
         source=source,
         batch_size=batch_size,
@@ -203,6 +229,8 @@ def stream_bench_cmd(
         fields=tuple(pairs),
         tokenize=tokenize,
         plain=plain,
+        sources=tuple(weighted),
+        epoch_size=epoch_size,
         imagefolder=imagefolder,
         webdataset=webdataset,
         webdataset_fast=webdataset_fast,
