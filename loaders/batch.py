@@ -27,6 +27,7 @@ from wdstool.base.errors import SampleError, ShardError, WdsToolError
 from wdstool.format.decode import decode_rgb, header_size
 from wdstool.format.fields import FieldError
 from wdstool.format.images import IMAGE_ORDER
+from wdstool.format.mapped import materialized
 
 log = logging.getLogger(__name__)
 # (image or (bytes, augmentation draws), label or None, key, fields or None, source, valid)
@@ -47,10 +48,10 @@ class DecodeSpec:
 
 
 def _image_part(loc: Located) -> tuple[bytes, str]:
-    parts = loc.sample.parts
+    parts = loc.sample.parts  # type: ignore[union-attr]
     for ext in IMAGE_ORDER:
         if ext in parts:
-            return parts[ext], ext
+            return materialized(parts[ext]), ext  # type: ignore[return-value]
     raise SampleError(f"{loc.url}: sample {loc.sample.key!r} has no image member")
 
 

@@ -15,6 +15,11 @@ class Output(StrEnum):
     ENCODED = "encoded"  # compressed bytes + augmentation draws, for loaders.DeviceDecoder
 
 
+class WorkerMode(StrEnum):
+    PROCESS = "process"  # DataLoader worker processes (torch's usual way)
+    THREAD = "thread"  # decode threads in the loader's process: one heap, one torch
+
+
 class OnError(StrEnum):
     RAISE = "raise"
     SKIP = "skip"
@@ -35,10 +40,16 @@ class LoaderConfig:
     on_error: OnError = OnError.RAISE
     channels_last: bool = False
     max_replaced: int | float | None = None  # samples a rank may replace per epoch (or a share)
+    worker_mode: WorkerMode = WorkerMode.PROCESS
 
     def __post_init__(self) -> None:
-        for name in ("uneven", "output", "on_error"):
-            enum = {"uneven": Uneven, "output": Output, "on_error": OnError}[name]
+        for name in ("uneven", "output", "on_error", "worker_mode"):
+            enum = {
+                "uneven": Uneven,
+                "output": Output,
+                "on_error": OnError,
+                "worker_mode": WorkerMode,
+            }[name]
             value = getattr(self, name)
             try:
                 object.__setattr__(self, name, enum(value))

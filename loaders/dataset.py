@@ -35,6 +35,7 @@ from loaders.schema import SampleSchema
 from loaders.source import DatasetIndex, ShardAccess
 from loaders.topology import Topology
 from wdstool.base.errors import ConfigError
+from wdstool.format.images import IMAGE_EXTENSIONS
 
 POOL_SLOTS = 8  # reusable batch buffers per worker (prefetch_factor 4 + batches in flight)
 
@@ -56,7 +57,13 @@ class LoaderSource:
         return int(hashlib.sha256(self.index.identity.encode()).hexdigest()[:15], 16)
 
     def reader(self) -> SourceReader:
-        return SourceReader(self.index, self.access, self.schema.extensions)
+        """Image members are read lazily (out of a mapping, local shards) unless a field or the
+        label asks for them as bytes too."""
+        named = {spec.ext for _n, spec in self.schema.fields}
+        if self.schema.label is not None:
+            named.add(self.schema.label.ext)
+        lazy = IMAGE_EXTENSIONS - named
+        return SourceReader(self.index, self.access, self.schema.extensions, lazy)
 
 
 @dataclass(frozen=True)
@@ -97,7 +104,7 @@ class ShardStreamDataset(IterableDataset):
         self._shared = mp.get_context().RawArray("q", 1)
         # batch buffer slots per worker: 1 = the main process is done with it (BufferPool)
         self._pool_flags = mp.get_context().RawArray("b", max(1, config.num_workers) * POOL_SLOTS)
-        self._pool: BufferPool | None = None
+        self._pools: dict[int, BufferPool] = {}
         # batch buffers the main process owns and the workers write (see SharedPool)
         self._shared_pool: SharedPool | None = None
         if config.num_workers > 0 and transform is None and config.output != Output.ENCODED:
@@ -140,11 +147,13 @@ class ShardStreamDataset(IterableDataset):
         return self._len
 
     def _worker_pool(self, worker: int) -> BufferPool:
-        if self._pool is None:  # one per worker process, kept across epochs
-            self._pool = BufferPool(
+        """The batch buffers of one worker: one per worker process (or thread), kept across
+        epochs."""
+        if worker not in self._pools:
+            self._pools[worker] = BufferPool(
                 self._pool_flags, worker * POOL_SLOTS, POOL_SLOTS, self._shared_pool
             )
-        return self._pool
+        return self._pools[worker]
 
     def resumed(self, epoch: int | None = None) -> Resume | None:
         """The resume state if ``epoch`` (default: the current one) is the interrupted one."""
@@ -179,21 +188,34 @@ class ShardStreamDataset(IterableDataset):
         return self._resumed_plan[1]
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        """In a DataLoader: this worker's batches (worker i serves plan worker i + rotation)."""
         info = get_worker_info()
-        worker = info.id if info is not None else 0
         nworkers = info.num_workers if info is not None else 0
         if nworkers != self.config.num_workers:
             raise ConfigError(
                 f"dataset planned for {self.config.num_workers} workers but runs in a DataLoader "
                 f"with {nworkers}; build the DataLoader with make_loader()"
             )
+        if info is None:
+            yield from self.stream(0, pooled=False)
+            return
+        plan = self.plan()
+        yield from self.stream((info.id + plan.rotation) % len(plan.workers), slot=info.id)
+
+    def stream(
+        self, plan_worker: int, *, slot: int | None = None, pooled: bool = True
+    ) -> Iterator[dict[str, Any]]:
+        """The batches of one plan worker this epoch: what a DataLoader worker process, or a
+        decode thread (``worker_mode="thread"``), runs. ``slot``: whose batch buffers to use
+        (default: the plan worker's); ``pooled``: buffers in the shared pool (a worker process
+        or thread) or plain tensors (no workers)."""
         c = self.config
         plan = self.plan()
         resume = self.resumed()
         # the plan's source i is the loader's source ids[i] (another mixture after a resume)
         ids = resume.sources if resume is not None else tuple(range(len(self.sources)))
         sources = [self.sources[i] for i in ids]
-        wplan = plan.workers[(worker + plan.rotation) % len(plan.workers)]
+        wplan = plan.workers[plan_worker]
         samples = worker_stream(
             wplan,
             shard_reader([s.reader() for s in sources], skip_damaged=c.on_error.value == "skip"),
@@ -213,7 +235,7 @@ class ShardStreamDataset(IterableDataset):
                 with_valid=c.uneven is Uneven.MASK,
             ),
             f"aug:{c.seed}:{self.epoch}",
-            shared=info is not None,
-            pool=self._worker_pool(worker) if info is not None else None,
+            shared=pooled and get_worker_info() is not None,
+            pool=self._worker_pool(plan_worker if slot is None else slot) if pooled else None,
         )
         yield from assembler.batches(samples, wplan, c.batch_size)

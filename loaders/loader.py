@@ -19,13 +19,14 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from loaders.config import LoaderConfig
+from loaders.config import LoaderConfig, WorkerMode
 from loaders.dataset import ShardStreamDataset
 from loaders.mixing import SourceArg, loader_sources
 from loaders.pool import Pooled
 from loaders.schema import FieldsFn
 from loaders.source import ShardAccess
 from loaders.state import restore_state, save_state
+from loaders.threads import ThreadedBatches
 from loaders.topology import Topology, cores_per_rank, detect_topology
 from wdstool.base.errors import ConfigError, ShardError
 from wdstool.base.retry import DEFAULT_RETRY, RetryPolicy
@@ -51,6 +52,7 @@ class StreamingLoader:
         self.dataset = dataset
         self.dataloader = dataloader
         self._dataloader_kwargs = dataloader_kwargs
+        self.pin_memory = False  # pin batches here (worker_mode="thread": no pin-memory thread)
         self._started = False
         self.num_replaced = 0  # all epochs
         self.replaced_from: dict[str, int] = {}  # this epoch: shard URL -> samples replaced
@@ -103,7 +105,12 @@ class StreamingLoader:
                 labels, pixels = batch.get("labels"), batch["pixel_values"]
                 if isinstance(labels, Pooled):
                     batch["labels"] = labels.resolve().clone()
-                if isinstance(pixels, Pooled):
+                if isinstance(pixels, Pooled) and self.pin_memory:  # a pinned copy: slot free
+                    batch["pixel_values"] = pixels.pin_memory()
+                    self.dataset._pool_flags[slot] = 1
+                    self.buffers_returned += 1
+                    slot = -1
+                elif isinstance(pixels, Pooled):
                     batch["pixel_values"] = pixels.resolve()  # a view of the pool: recycled later
                 else:  # the pin-memory thread already copied the batch out of the pool
                     self.dataset._pool_flags[slot] = 1
@@ -215,6 +222,7 @@ def make_loader(
     transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
     on_error: str = "raise",
     max_replaced: int | float | None = None,
+    worker_mode: str = "process",
     storage_options: dict[str, Any] | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
     cache_limit: int | str | None = None,
@@ -248,6 +256,13 @@ def make_loader(
     yields exactly
     ``len(loader)`` batches. Call ``loader.set_epoch(e)`` before each epoch.
 
+    ``worker_mode="thread"``: the ``num_workers`` streams run as decode threads inside this
+    process instead of DataLoader worker processes (the decode, crop and resize release the GIL):
+    the same batches, keys and pixels, one Python heap and one copy of torch instead of one per
+    worker. ``epoch_size``, a list of :class:`loaders.Source` (a weighted mixture),
+    ``uneven="mask"`` (exact evaluation: ``batch["valid"]``) and ``max_replaced`` (the budget
+    of samples ``on_error="skip"`` may replace per epoch) are described in the README.
+
     Remote sources (``s3://bucket/prefix``, any fsspec URL): ``storage_options`` as for s3fs
     (``endpoint_url``, ``key``/``secret``/``token``, ``profile``, ``anon``, ``client_kwargs``,
     ``config_kwargs``); the usual AWS variables apply. Each shard is one streaming GET, resumed
@@ -271,6 +286,7 @@ def make_loader(
         on_error=on_error,
         channels_last=channels_last,
         max_replaced=max_replaced,
+        worker_mode=worker_mode,
     )
     if prefetch_factor < 1:
         raise ConfigError(f"prefetch_factor must be >= 1, got {prefetch_factor}")
@@ -321,6 +337,10 @@ def make_loader(
             multiprocessing_context=multiprocessing_context,
         )
     kwargs.update(batch_size=None, num_workers=workers, pin_memory=pin_memory)
+    if config.worker_mode is WorkerMode.THREAD and workers > 0:
+        loader = StreamingLoader(dataset, ThreadedBatches(dataset, prefetch_factor), None)
+        loader.pin_memory = pin_memory
+        return loader
     dataloader = DataLoader(dataset, **kwargs)
     log.info(
         "loader: %d samples per epoch from %d shards of %d sources, rank %d/%d, %d workers, "

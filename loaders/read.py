@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import itertools
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -33,6 +34,7 @@ from loaders.plan.interleave import sources_in_order
 from loaders.source import DatasetIndex, ShardAccess
 from wdstool.base.errors import ShardError, StorageError, WdsToolError
 from wdstool.format.images import IMAGE_EXTENSIONS
+from wdstool.format.mapped import MappedMember, map_shard
 from wdstool.format.tar_read import Sample, TarSampleReader
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,7 @@ class SourceReader:
     index: DatasetIndex
     access: ShardAccess = field(default_factory=ShardAccess)
     keep: frozenset[str] = KEPT_EXTENSIONS
+    lazy: frozenset[str] = IMAGE_EXTENSIONS  # read out of a mapping when decoded (local shards)
 
 
 class _OpenAhead:
@@ -115,6 +118,7 @@ def read_slices(
     *,
     skip_damaged: bool = False,
     warned: set[str] | None = None,
+    lazy: frozenset[str] = frozenset(),
 ) -> Iterator[Located]:
     """Yield the samples of each slice, in order: skip ``start`` samples by headers alone, then
     yield ``stop - start``. Remote shards are opened one ahead.
@@ -123,7 +127,9 @@ def read_slices(
     naming it; with ``skip_damaged`` its planned samples that could not be read are yielded as
     placeholders instead (logged once per slice with the byte offset), so every plan position
     is still filled and no other rank or worker reads anything different. ``warned`` collects the
-    shards already logged, so a shard read in several slices is logged once."""
+    shards already logged, so a shard read in several slices is logged once. Members whose
+    extension is in ``lazy`` come as :class:`wdstool.format.mapped.MappedMember` from local
+    shards (read out of a memory mapping when decoded; not held in private memory meanwhile)."""
     access = access or ShardAccess()
     slices = list(slices)
 
@@ -144,7 +150,14 @@ def read_slices(
                         if access.is_remote(index.urls[nxt.shard]):
                             f.peek(1)  # this shard's request goes first
                             ahead.start(pos + 1, nxt)
-                    reader = TarSampleReader(f, url, keep=keep.__contains__)
+                    mapping = map_shard(f, url) if lazy and not access.is_remote(url) else None
+                    reader = TarSampleReader(
+                        f,
+                        url,
+                        keep=keep.__contains__,
+                        lazy=None if mapping is None else functools.partial(_mapped, mapping, url),
+                        lazy_exts=lazy,
+                    )
                     if s.start:
                         reader.skip(s.start)
                     it = iter(reader)
@@ -176,6 +189,10 @@ def read_slices(
                     yield Located(url, None, s.source, s.rep, s.pad, f"{why} (byte {at})")
     finally:
         ahead.close()
+
+
+def _mapped(mapping: Any, url: str, offset: int, size: int) -> MappedMember:
+    return MappedMember(mapping, offset, size, url)
 
 
 ReadRun = Callable[[list[Slice]], Iterator[Any]]
@@ -246,7 +263,9 @@ def shard_reader(
 
     def read_run(run: list[Slice]) -> Iterator[Located]:
         r = readers[run[0].source]
-        return read_slices(run, r.index, r.access, r.keep, skip_damaged=skip_damaged, warned=warned)
+        return read_slices(
+            run, r.index, r.access, r.keep, skip_damaged=skip_damaged, warned=warned, lazy=r.lazy
+        )
 
     return read_run
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -38,6 +39,11 @@ class RunResult:
     # fork), and private memory (what the worker itself holds) at the end of the run
     worker_peak_rss_mb: float | None = None
     worker_private_mb: float | None = None
+    # the whole process tree (main + workers), sampled every 0.2 s during the timed pass:
+    # peak of the summed PSS (proportional set size: shared pages divided among their sharers),
+    # and of its anonymous part (heap, buffers; not file pages, which the kernel can reclaim)
+    peak_pss_mb: float | None = None
+    peak_pss_anon_mb: float | None = None
     waits: list[float] = field(default_factory=list)
     interrupted: bool = False
 
@@ -69,6 +75,54 @@ def _private_mb(pid: int) -> float | None:
         return kb / 1024
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _pss_mb(pid: int) -> tuple[float, float] | None:
+    """(PSS, anonymous PSS) of a process, MB, from /proc/<pid>/smaps_rollup."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            fields = {
+                ln.split(":")[0]: int(ln.split()[1])
+                for ln in f
+                if ln.split(":")[0].startswith("Pss")
+            }
+        return fields.get("Pss", 0) / 1024, fields.get("Pss_Anon", 0) / 1024
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class PssSampler:
+    """Samples the summed PSS of a process tree in a thread; ``peak`` after ``stop()``."""
+
+    def __init__(self, pids: list[int], every: float = 0.2) -> None:
+        self.pids, self.every = pids, every
+        self.peak: tuple[float, float] | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="pss-sampler")
+
+    def _sample(self) -> None:
+        got = [_pss_mb(p) for p in self.pids]
+        if any(g is None for g in got):
+            return
+        total = (sum(g[0] for g in got if g), sum(g[1] for g in got if g))
+        if self.peak is None or total[0] > self.peak[0]:
+            self.peak = (total[0], max(total[1], self.peak[1] if self.peak else 0.0))
+        elif total[1] > self.peak[1]:
+            self.peak = (self.peak[0], total[1])
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self._sample()
+
+    def start(self) -> PssSampler:
+        self._sample()
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
 
 
 def worker_pids(iterator: Any) -> list[int]:
@@ -114,14 +168,15 @@ def measure(
     """
     result = RunResult(name=name, workers=workers, step_ms=step_ms)
     t0 = time.perf_counter()
-    iterable = make_iterable()
-    it: Iterator[Any] = iter(iterable)
     main_before = _proc_stat(os.getpid())
     waits: list[float] = []
     samples = nbytes = 0
     start = None
     pids: list[int] = []
+    it: Iterator[Any] = iter(())
     try:
+        iterable = make_iterable()  # Ctrl-C while the loader starts: an interrupted, empty run
+        it = iter(iterable)
         first = next(it)
         result.time_to_first_batch = time.perf_counter() - t0
         current = getattr(iterable, "current_iter", None)
@@ -136,6 +191,7 @@ def measure(
             if on_batch:
                 on_batch(1)
         cpu_start = _cpu([os.getpid(), *pids])
+        sampler = PssSampler([os.getpid(), *pids]).start()
         start = time.perf_counter()
         while max_batches is None or done < max_batches:
             t = time.perf_counter()
@@ -154,6 +210,10 @@ def measure(
     except KeyboardInterrupt:
         result.interrupted = True
     end = time.perf_counter()
+    if start is not None:
+        sampler.stop()
+        if sampler.peak is not None:
+            result.peak_pss_mb, result.peak_pss_anon_mb = sampler.peak
     elapsed = end - start if start is not None else 0.0
     result.samples, result.batches, result.seconds = samples, len(waits), elapsed
     if elapsed > 0:

@@ -26,6 +26,12 @@ def render_text(report: dict) -> list[str]:
                 f"{row.get('worker_private_mb', 0):.0f} MB (the rest is shared with the main "
                 "process after fork)"
             )
+    for row in report["summary"]:
+        if row.get("peak_pss_mb"):
+            lines.append(
+                f"memory of the process tree ({row['pipeline']}, {row['workers']} workers): peak "
+                f"PSS {row['peak_pss_mb']:.0f} MB, anonymous {row.get('peak_pss_anon_mb', 0):.0f} MB"
+            )
     for name, r in report["ratios"].items():
         lines.append(
             f"ratio {name}: median {r['median']:.2f} (range {r['min']:.2f}-{r['max']:.2f}, "
@@ -62,7 +68,14 @@ def plot(report: dict, path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    for name in ("wdstool", "wdstool-plain", "webdataset-fast", "webdataset", "imagefolder"):
+    for name in (
+        "wdstool",
+        "wdstool-plain",
+        "wdstool-threads",
+        "webdataset-fast",
+        "webdataset",
+        "imagefolder",
+    ):
         rows = [r for r in report["summary"] if r["pipeline"] == name]
         if rows:
             ax1.plot(

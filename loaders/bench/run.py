@@ -57,6 +57,8 @@ class BenchConfig:
     tokenize: str | None = None  # a field whose text the stand-in tokenizer turns into ids
     plain: bool = False  # also run the loader with image + label only ("wdstool-plain")
     sources: tuple[tuple[str, float], ...] = ()  # a mixture instead of ``source`` (url, weight)
+    worker_mode: str = "process"
+    threads: bool = False  # also run the loader with worker_mode="thread" ("wdstool-threads")
     epoch_size: int | None = None
 
     def __post_init__(self) -> None:
@@ -173,11 +175,12 @@ def run_stream_bench(
         for _repeat in range(cfg.repeats):
             for w in cfg.workers:
 
-                def ours(w: int = w, plain: bool = False) -> Any:
+                def ours(w: int = w, plain: bool = False, mode: str = cfg.worker_mode) -> Any:
                     mixture = [Source(u, weight=wt) for u, wt in cfg.sources]
                     return make_loader(
                         cfg.source if plain or not mixture else mixture,
                         cfg.batch_size,
+                        worker_mode=mode,
                         epoch_size=None if plain else cfg.epoch_size,
                         label="cls" if plain else cfg.label,
                         fields=None if plain else dict(cfg.fields),
@@ -200,6 +203,8 @@ def run_stream_bench(
                 run("wdstool", ours, w, _dict_len)
                 if cfg.plain:
                     run("wdstool-plain", lambda w=w: ours(w, plain=True), w, _dict_len)
+                if cfg.threads:
+                    run("wdstool-threads", lambda w=w: ours(w, mode="thread"), w, _dict_len)
                 if cfg.imagefolder:
                     root = cfg.imagefolder
                     run(
@@ -287,7 +292,14 @@ def _ratios(runs: list[RunResult], a: str, b: str) -> dict[str, Any] | None:
     }
 
 
-PIPELINES = ["wdstool", "wdstool-plain", "webdataset-fast", "webdataset", "imagefolder"]
+PIPELINES = [
+    "wdstool",
+    "wdstool-plain",
+    "wdstool-threads",
+    "webdataset-fast",
+    "webdataset",
+    "imagefolder",
+]
 
 
 def _report(
@@ -321,6 +333,12 @@ def _report(
                 row["worker_peak_rss_mb"] = statistics.median(rss)
             if private:
                 row["worker_private_mb"] = statistics.median(private)
+            pss = [r.peak_pss_mb for r in rs if r.peak_pss_mb is not None]
+            anon = [r.peak_pss_anon_mb for r in rs if r.peak_pss_anon_mb is not None]
+            if pss:
+                row["peak_pss_mb"] = statistics.median(pss)
+            if anon:
+                row["peak_pss_anon_mb"] = statistics.median(anon)
             if name == "wdstool" and w in ceilings and ceilings[w]["samples_per_s"]:
                 row["efficiency"] = row["samples_per_s"] / ceilings[w]["samples_per_s"]
             summary.append(row)

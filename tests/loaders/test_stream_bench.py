@@ -176,7 +176,15 @@ def test_ctrl_c_prints_what_was_measured(uneven_dataset: Path, tmp_path: Path) -
         text=True,
         start_new_session=True,
     )
-    time.sleep(8)  # one run of many epochs is under way (persistent workers, no new forks)
+    # one run of many epochs is under way once its DataLoader worker exists (then a few more
+    # seconds of batches); a loaded machine may take long to import torch and start it
+    deadline = time.monotonic() + 120
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    while time.monotonic() < deadline and proc.poll() is None:
+        if children.exists() and children.read_text().split():
+            break
+        time.sleep(0.2)
+    time.sleep(3)
     assert proc.poll() is None
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground group
     try:

@@ -101,11 +101,20 @@ from wdstool.cli.common import progress_enabled, storage_options_from_cli
 @click.option(
     "--compare",
     multiple=True,
-    metavar="imagefolder=PATH|webdataset|webdataset-fast|plain",
+    metavar="imagefolder=PATH|webdataset|webdataset-fast|plain|threads",
     help="Baselines run interleaved with the loader: torchvision ImageFolder + PIL on "
     "the source images; a plain upstream webdataset pipeline (PIL) on the same shards; "
     "webdataset-fast: that pipeline given wdstool's decoder and augmentation; plain: this "
-    "loader reading image + .cls only (the cost of --label/--field/--tokenize).",
+    "loader reading image + .cls only (the cost of --label/--field/--tokenize); threads: this "
+    "loader with --worker-mode thread.",
+)
+@click.option(
+    "--worker-mode",
+    type=click.Choice(["process", "thread"]),
+    default="process",
+    show_default=True,
+    help="DataLoader worker processes, or decode threads in the loader's process "
+    "(make_loader(worker_mode=...)).",
 )
 @click.option(
     "--ceiling",
@@ -160,6 +169,7 @@ def stream_bench_cmd(
     epoch_size: int | None,
     tokenize: str | None,
     compare: tuple[str, ...],
+    worker_mode: str,
     with_ceiling: bool,
     repeats: int,
     cache_dir: str | None,
@@ -181,10 +191,12 @@ def stream_bench_cmd(
     from loaders.bench.run import BenchConfig, run_stream_bench
     from wdstool.base.errors import ConfigError
 
-    imagefolder, webdataset, webdataset_fast, plain = None, False, False, False
+    imagefolder, webdataset, webdataset_fast, plain, threads = None, False, False, False, False
     for item in compare:
         if item == "plain":
             plain = True
+        elif item == "threads":
+            threads = True
         elif item == "webdataset":
             webdataset = True
         elif item == "webdataset-fast":
@@ -229,6 +241,8 @@ def stream_bench_cmd(
         fields=tuple(pairs),
         tokenize=tokenize,
         plain=plain,
+        threads=threads,
+        worker_mode=worker_mode,
         sources=tuple(weighted),
         epoch_size=epoch_size,
         imagefolder=imagefolder,

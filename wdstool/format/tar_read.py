@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from wdstool.base.errors import ShardError
 
@@ -127,7 +127,15 @@ class TarSampleReader:
         start_offset: int = 0,
         max_member_size: int = 1 << 30,
         keep: Callable[[str], bool] | None = None,
+        lazy: Callable[[int, int], Any] | None = None,
+        lazy_exts: frozenset[str] = frozenset(),
     ) -> None:
+        """``keep(ext)`` says which members to read (the others are skipped unread); for kept
+        members whose extension is in ``lazy_exts``, ``lazy(data offset, size)`` stands in for
+        the bytes (e.g. a view into a memory-mapped shard, read when needed) and the data is
+        seeked past, not read."""
+        self._lazy = lazy
+        self._lazy_exts = lazy_exts if lazy is not None else frozenset()
         self._f = fileobj
         self.url = url
         self._pos = start_offset  # absolute position of the next unread byte
@@ -261,8 +269,12 @@ class TarSampleReader:
             if current is None:
                 current = Sample(key, {}, m.offset)
             if self._keep is None or self._keep(ext):
-                data = self._read_exact(m.size, "member data", m.offset)
-                self._discard(-m.size % BLOCK, m.offset)
+                if ext in self._lazy_exts:
+                    data = self._lazy(self._pos, m.size)  # type: ignore[misc]
+                    self._discard(m.size + (-m.size % BLOCK), m.offset)
+                else:
+                    data = self._read_exact(m.size, "member data", m.offset)
+                    self._discard(-m.size % BLOCK, m.offset)
                 if ext in current.parts:
                     log.debug("%s: duplicate member %s.%s, keeping the last", self.url, key, ext)
                 current.parts[ext] = data

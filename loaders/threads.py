@@ -1,0 +1,89 @@
+"""``worker_mode="thread"``: the DataLoader's job done by decode threads inside the loader's process.
+
+Each plan worker's stream (exactly what a DataLoader worker process would run:
+``ShardStreamDataset.stream``) runs in a thread of its own and fills a bounded queue
+(``prefetch_factor`` batches deep); batches are handed out in the order torch's DataLoader
+delivers them (``RankPlan.loader_order``), so keys, pixels, resume and equal batch counts are
+those of the process mode. The decode (libjpeg-turbo, the partial decoder), the crop and the
+antialiased resize release the GIL, so the threads decode in parallel; what they share is one
+Python heap, one copy of torch, and the batch pool: no process per worker.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from loaders.dataset import ShardStreamDataset
+
+_END = object()
+
+
+class _Failed:
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+class ThreadedBatches:
+    """An iterable over one epoch's batches of ``dataset``, produced by one thread per plan
+    worker. A consumer that stops early (``break``, an exception) stops the threads."""
+
+    def __init__(self, dataset: ShardStreamDataset, prefetch_factor: int = 4) -> None:
+        self.dataset = dataset
+        self.prefetch_factor = prefetch_factor
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        plan = self.dataset.plan()
+        order = plan.loader_order()
+        workers = sorted({w for w, _b in order})
+        queues = {w: queue.Queue(maxsize=self.prefetch_factor) for w in workers}
+        stop = threading.Event()
+
+        def produce(w: int) -> None:
+            q = queues[w]
+            try:
+                for batch in self.dataset.stream(w):
+                    while not stop.is_set():
+                        try:
+                            q.put(batch, timeout=0.1)
+                            break
+                        except queue.Full:
+                            continue
+                    if stop.is_set():
+                        return
+                item: Any = _END
+            except BaseException as exc:  # handed to the consumer, raised there
+                item = _Failed(exc)
+            while not stop.is_set():
+                try:
+                    q.put(item, timeout=0.1)
+                    return
+                except queue.Full:
+                    continue
+
+        threads = [
+            threading.Thread(target=produce, args=(w,), name=f"wdstool-decode-{w}", daemon=True)
+            for w in workers
+        ]
+        for t in threads:
+            t.start()
+        try:
+            for w, _b in order:
+                item = queues[w].get()
+                if isinstance(item, _Failed):
+                    raise item.exc
+                if item is _END:
+                    raise RuntimeError(f"internal error: decode thread {w} ended early")
+                yield item
+        finally:
+            stop.set()
+            for q in queues.values():  # unblock producers waiting on a full queue
+                while True:
+                    try:
+                        q.get_nowait()
+                    except queue.Empty:
+                        break
+            for t in threads:
+                t.join(timeout=30)
