@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 DEMO_DIR ?= build/demo
 DEMO_IMAGES ?= 2000
 
-.PHONY: venv demo test lint format bench faults clean
+.PHONY: venv demo test lint format bench bench-fields faults clean
 BENCH_DATA ?= bench/data
 BENCH_IMAGES ?= 10000
 BENCH_WORKERS ?= 1,2
@@ -48,6 +48,17 @@ bench: $(STAMP)
 		--compare webdataset-fast \
 		--ceiling --json bench/results/stream-bench.json --plot bench/results/stream-bench.png \
 		| tee bench/results/stream-bench.txt
+
+# the loader with captions tokenized in the workers (fields_fn) against image + label only,
+# interleaved in one run: the same 10,000 images packed from a caption listing
+bench-fields: $(STAMP)
+	test -d $(BENCH_DATA)/images || $(PY) -m wdstool sample-data $(BENCH_DATA)/images --images $(BENCH_IMAGES) --classes 100 --seed 0
+	test -f $(BENCH_DATA)/captions.jsonl || $(PY) bench/caption_listing.py $(BENCH_DATA)/images $(BENCH_DATA)/captions.jsonl
+	test -f $(BENCH_DATA)/caption-shards/index.json || $(PY) -m wdstool pack $(BENCH_DATA)/captions.jsonl $(BENCH_DATA)/caption-shards --max-count 1000
+	mkdir -p bench/results
+	$(PY) -m wdstool stream-bench $(BENCH_DATA)/caption-shards --workers 2 --batch-size 64 \
+		--repeats $(BENCH_REPEATS) --field caption=txt --tokenize caption --compare plain \
+		--json bench/results/stream-bench-fields.json | tee bench/results/stream-bench-fields.txt
 
 # the fault suite's long, randomized variant (each randomized case FAULT_RUNS times its
 # `make test` count); prints the table and writes build/faults.md
