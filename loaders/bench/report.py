@@ -2,6 +2,16 @@
 
 from __future__ import annotations
 
+# every pipeline stream-bench runs, in the order tables and plots show them
+PIPELINES = [
+    "wdstool",
+    "wdstool-plain",
+    "wdstool-threads",
+    "webdataset-fast",
+    "webdataset",
+    "imagefolder",
+]
+
 
 def render_text(report: dict) -> list[str]:
     """The human-readable report of ``run_stream_bench``, line by line."""
@@ -68,14 +78,7 @@ def plot(report: dict, path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    for name in (
-        "wdstool",
-        "wdstool-plain",
-        "wdstool-threads",
-        "webdataset-fast",
-        "webdataset",
-        "imagefolder",
-    ):
+    for name in PIPELINES:
         rows = [r for r in report["summary"] if r["pipeline"] == name]
         if rows:
             ax1.plot(

@@ -20,6 +20,7 @@ from loaders.bench.baselines import (
     webdataset_loader,
 )
 from loaders.bench.measure import RunResult, measure, recommend
+from loaders.bench.report import PIPELINES
 from loaders.bench.tokenize import Tokenize
 from loaders.loader import make_loader
 from loaders.source import Source, resolve_source
@@ -292,14 +293,6 @@ def _ratios(runs: list[RunResult], a: str, b: str) -> dict[str, Any] | None:
     }
 
 
-PIPELINES = [
-    "wdstool",
-    "wdstool-plain",
-    "wdstool-threads",
-    "webdataset-fast",
-    "webdataset",
-    "imagefolder",
-]
 
 
 def _report(
