@@ -24,7 +24,7 @@ def first_batch(source: str, workers: int, state=None, **kw) -> tuple[float, int
         loader.load_state_dict(state)
     it = iter(loader)
     next(it)
-    return time.perf_counter() - t0, len(loader)
+    return time.perf_counter() - t0, len(loader) - loader.start_batch
 
 
 def state_at(source: str, workers: int, fraction: float, **kw) -> dict:

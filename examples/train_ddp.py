@@ -213,7 +213,7 @@ def main() -> None:
 
     for epoch in range(start_epoch, args.epochs):
         loader.set_epoch(epoch)
-        first_step = loader.state_dict()["batches"] if epoch == start_epoch else 0
+        first_step = loader.start_batch  # 0, or where a resumed epoch continues
         model.train()
         keys: list[str] = []
         losses: list[float] = []

@@ -142,9 +142,24 @@ class ShardStreamDataset(IterableDataset):
         self._shared[0] = epoch
 
     def __len__(self) -> int:
-        if self.resume is not None and self.resume.epoch == self.epoch:
-            return self.plan().remaining_batches
-        return self._len
+        """Batches of the current epoch on this rank, those delivered before the interruption of
+        a resumed epoch included: what an uninterrupted run counts (the convention of torch's
+        and torchdata's DataLoaders, which Lightning relies on when it restores a checkpoint).
+        A resumed epoch yields only the last ``remaining_batches()`` of them."""
+        resume = self.resumed()
+        if resume is None:
+            return self._len
+        return self.batches_before() + self.plan().remaining_batches
+
+    def batches_before(self) -> int:
+        """Batches of the current epoch this rank had delivered before it was resumed (0 in an
+        epoch that was not interrupted): the sum over the epoch's earlier segments."""
+        resume = self.resumed()
+        return 0 if resume is None else sum(g.batches for g in resume.history)
+
+    def remaining_batches(self) -> int:
+        """Batches one pass over the current epoch yields on this rank."""
+        return self._len if self.resumed() is None else self.plan().remaining_batches
 
     def _worker_pool(self, worker: int) -> BufferPool:
         """The batch buffers of one worker: one per worker process (or thread), kept across

@@ -27,7 +27,7 @@ from loaders.schema import FieldsFn
 from loaders.source import ShardAccess
 from loaders.state import restore_state, save_state
 from loaders.threads import ThreadedBatches
-from loaders.topology import Topology, cores_per_rank, detect_topology
+from loaders.topology import Topology, check_topology, cores_per_rank, detect_topology
 from wdstool.base.errors import ConfigError, ShardError
 from wdstool.base.retry import DEFAULT_RETRY, RetryPolicy
 
@@ -40,7 +40,10 @@ class StreamingLoader:
     ``state_dict()`` / ``load_state_dict(state)`` resume an epoch exactly where it stopped, on
     the same topology (the very batches an uninterrupted run would deliver next) or on another
     world size, worker count or per-rank batch size (every sample not yet delivered this epoch
-    is delivered exactly once; the next epoch is a fresh one of the new topology).
+    is delivered exactly once; the next epoch is a fresh one of the new topology). They follow
+    torchdata's ``Stateful`` protocol, which Lightning checks to save and restore loaders with
+    its checkpoints. ``len()`` counts the whole epoch, the batches delivered before a resume
+    included; a resumed epoch yields the rest, from batch ``start_batch`` on.
     """
 
     def __init__(
@@ -48,11 +51,14 @@ class StreamingLoader:
         dataset: ShardStreamDataset,
         dataloader: DataLoader,
         dataloader_kwargs: dict[str, Any] | None = None,
+        *,
+        detected: bool = False,
     ) -> None:
         self.dataset = dataset
         self.dataloader = dataloader
         self._dataloader_kwargs = dataloader_kwargs
         self.pin_memory = False  # pin batches here (worker_mode="thread": no pin-memory thread)
+        self._detected = detected  # the topology came from the environment, not arguments
         self._started = False
         self.num_replaced = 0  # all epochs
         self.replaced_from: dict[str, int] = {}  # this epoch: shard URL -> samples replaced
@@ -62,13 +68,30 @@ class StreamingLoader:
         self.bytes_read = 0  # compressed bytes of the samples delivered (all epochs)
 
     def __len__(self) -> int:
+        """Batches of the current epoch on this rank, equal on every rank; after
+        ``load_state_dict`` those delivered before the interruption included (what an
+        uninterrupted run counts, and what Lightning expects when it restores a checkpoint)."""
         return len(self.dataset)
+
+    @property
+    def start_batch(self) -> int:
+        """The index of the first batch a pass over the current epoch yields: 0, or after
+        ``load_state_dict`` the batches of the interrupted epoch already delivered. A pass
+        yields ``len(loader) - start_batch`` batches."""
+        return self.dataset.batches_before()
 
     def set_epoch(self, epoch: int) -> None:
         """Reshuffle for ``epoch``: the same (seed, epoch, topology) gives the same order."""
         if epoch != self.dataset.epoch:
             self.batches_delivered = 0
         self.dataset.set_epoch(epoch)
+
+    @property
+    def sampler(self) -> EpochSampler:
+        """``loader.sampler.set_epoch(e)`` is ``loader.set_epoch(e)``: trainers that call it on
+        every epoch, as they do for a DistributedSampler (Lightning's ``_set_sampler_epoch``),
+        reshuffle this loader with no code of yours."""
+        return EpochSampler(self)
 
     @property
     def epoch(self) -> int:
@@ -83,10 +106,12 @@ class StreamingLoader:
         return self.dataset.topology
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        if self._detected:
+            check_topology(self.topology)
         self._started = True
         self.batches_delivered = 0
         self.replaced_from = {}
-        expected = len(self)
+        expected = self.dataset.remaining_batches()
         budget = self._budget()
         for batch in self.dataloader:
             replaced = int(batch.pop("num_replaced", 0))
@@ -160,17 +185,30 @@ class StreamingLoader:
     def state_dict(self) -> dict[str, Any]:
         """A small JSON-serialisable dict: epoch, batches delivered this epoch on this rank, the
         topology (and those of earlier segments of this epoch), seed, the data set's identity.
-        Save it on every rank at the same step (as DDP training does)."""
+        Save it on every rank at the same step (as DDP training does); any rank's state
+        resumes every rank (they describe the same history). O(1): nothing is planned or read.
+        Callable before iterating and between batches."""
         return save_state(self.dataset, self.batches_delivered)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue the epoch ``state`` was saved in; call before iterating. Raises ConfigError
-        for a state of another data set, another version, or other shuffle settings."""
+        """Continue the epoch ``state`` was saved in; call before iterating (or between passes).
+        Raises ConfigError for a state of another data set, another version, or other shuffle
+        settings."""
         restore_state(self.dataset, state)
         self.batches_delivered = 0
         if self._started and self._dataloader_kwargs is not None:
             # persistent workers hold the old dataset copy: start fresh ones
             self.dataloader = DataLoader(self.dataset, **self._dataloader_kwargs)
+
+
+class EpochSampler:
+    """What ``StreamingLoader.sampler`` is: only ``set_epoch``, which reaches the loader."""
+
+    def __init__(self, loader: StreamingLoader) -> None:
+        self.loader = loader
+
+    def set_epoch(self, epoch: int) -> None:
+        self.loader.set_epoch(epoch)
 
 
 def _where(counts: dict[str, int], most: int = 5) -> str:
@@ -338,7 +376,9 @@ def make_loader(
         )
     kwargs.update(batch_size=None, num_workers=workers, pin_memory=pin_memory)
     if config.worker_mode is WorkerMode.THREAD and workers > 0:
-        loader = StreamingLoader(dataset, ThreadedBatches(dataset, prefetch_factor), None)
+        loader = StreamingLoader(
+            dataset, ThreadedBatches(dataset, prefetch_factor), None, detected=rank is None
+        )
         loader.pin_memory = pin_memory
         return loader
     dataloader = DataLoader(dataset, **kwargs)
@@ -354,7 +394,7 @@ def make_loader(
         len(dataset),
         batch_size,
     )
-    return StreamingLoader(dataset, dataloader, kwargs)
+    return StreamingLoader(dataset, dataloader, kwargs, detected=rank is None)
 
 
-__all__ = ["LoaderConfig", "StreamingLoader", "default_num_workers", "make_loader"]
+__all__ = ["EpochSampler", "LoaderConfig", "StreamingLoader", "default_num_workers", "make_loader"]

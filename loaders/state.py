@@ -35,8 +35,7 @@ def save_state(ds: ShardStreamDataset, batches_delivered: int) -> dict[str, Any]
     if resume is None:
         history: list[Segment] = [_segment(ds, batches_delivered)]
         mixture, ids = ds.mixture, tuple(range(len(ds.sources)))
-    else:
-        plan = ds.plan()
+    else:  # O(segments): the plan is not needed (a same-topology plan resumes at last.batches)
         history = list(resume.history)
         here = _segment(ds, 0)
         last = history[-1]
@@ -45,7 +44,7 @@ def save_state(ds: ShardStreamDataset, batches_delivered: int) -> dict[str, Any]
             here.num_workers,
             here.batch_size,
         ):
-            history[-1] = _segment(ds, plan.resume_at + batches_delivered)
+            history[-1] = _segment(ds, last.batches + batches_delivered)
         else:
             history.append(_segment(ds, batches_delivered))
         mixture, ids = resume.mixture, resume.sources

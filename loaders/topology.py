@@ -47,11 +47,30 @@ def detect_topology(rank: int | None = None, world_size: int | None = None) -> T
     if (env_rank is None) != (env_world is None):
         raise ConfigError(
             f"RANK={os.environ.get('RANK')!r} and WORLD_SIZE={os.environ.get('WORLD_SIZE')!r}: "
-            "set both (torchrun does) or neither"
+            "set both (torchrun does) or neither; under Lightning (which sets WORLD_SIZE only), "
+            "call make_loader in train_dataloader(), once its process group is up"
         )
     if env_rank is not None and env_world is not None:
         return Topology(env_rank, env_world)
     return Topology(0, 1)
+
+
+def check_topology(topology: Topology) -> None:
+    """Raise if torch.distributed now runs another rank or world size than ``topology``, which
+    was detected earlier: a loader built before the process group started (say in a Lightning
+    DataModule's ``__init__``) would read another rank's share, or every sample on every rank."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    now = Topology(dist.get_rank(), dist.get_world_size())
+    if now != topology:
+        raise ConfigError(
+            f"this loader was made for rank {topology.rank} of {topology.world_size}, but "
+            f"torch.distributed runs rank {now.rank} of {now.world_size}: make_loader ran before "
+            "the process group started; make it afterwards (under Lightning: in "
+            "train_dataloader()/val_dataloader()), or pass rank= and world_size="
+        )
 
 
 def cores_per_rank() -> int:

@@ -293,8 +293,6 @@ def _ratios(runs: list[RunResult], a: str, b: str) -> dict[str, Any] | None:
     }
 
 
-
-
 def _report(
     cfg: BenchConfig,
     runs: list[RunResult],

@@ -56,8 +56,10 @@ def test_same_topology_resume_gives_the_uninterrupted_batches(
         assert state["batches"] == k and state["epoch"] == 1
         fresh = _loader(learnable_dataset, workers=workers, shuffle=shuffle)
         fresh.load_state_dict(state)
-        assert len(fresh) == n - k
+        # len() counts the whole epoch, as an uninterrupted run does; a pass yields the rest
+        assert (len(fresh), fresh.start_batch) == (n, k)
         rest = [(tuple(b["keys"]), b["pixel_values"].clone()) for b in fresh]
+        assert len(rest) == n - k
         assert [r[0] for r in rest] == [f[0] for f in full[k:]], (k, workers)
         for (_, a), (_, b) in zip(rest, full[k:], strict=True):
             assert torch.equal(a, b)  # same augmentation draws too
@@ -100,7 +102,8 @@ def test_elastic_two_to_three_ranks_delivers_each_remaining_sample_once(
         new.load_state_dict(states[r % 2])  # every rank's state describes the same history
         batches = [b["keys"] for b in new]
         lengths.add(len(batches))
-        assert len(batches) == len(new)
+        # the epoch's batches on this rank: the k delivered before, then the new rank's share
+        assert new.start_batch == k and len(batches) == len(new) - k
         after.update(s for b in batches for s in b)
     assert len(lengths) == 1
     assert not (owed - after)  # everything owed came

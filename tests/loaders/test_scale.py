@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import tracemalloc
 import warnings
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,52 @@ def test_a_ten_source_mixture_plans_one_rank_of_4096_from_manifests(ten_manifest
         # what the 4,096 ranks had not delivered, spread over 2,048: about twice a rank's share
         per_old_rank = plan.num_samples - 200 * 64
         assert abs(rest.num_samples - 2 * per_old_rank) <= 2
+
+
+def test_state_dict_costs_the_same_at_step_1e5_and_builds_no_plan(
+    huge_manifest: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Saving the state is O(1) in the step (no per-step snapshot, no plan, no shard read):
+    at step 10 and step 10^5 of a 10^8-sample epoch the same work, counted in plans built and
+    in bytes allocated; inside a resumed epoch too. Timing: bench/state_bench.py."""
+    import loaders.dataset
+
+    planned = Counter()
+    for name in ("plan_epoch", "plan_resumed"):
+        real = getattr(loaders.dataset, name)
+
+        def counted(*a, _real=real, _name=name, **kw):
+            planned[_name] += 1
+            return _real(*a, **kw)
+
+        monkeypatch.setattr(loaders.dataset, name, counted)
+
+    def saved(loader, step: int) -> tuple[dict, int]:
+        loader.batches_delivered = step  # what iterating `step` batches leaves
+        loader.state_dict()  # warm (the first call imports `fractions`)
+        tracemalloc.start()
+        try:
+            state = loader.state_dict()
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        return state, peak
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loader = make_loader(huge_manifest, 64, num_workers=8, rank=3, world_size=8)
+        assert len(loader) == 195_313
+        (early, early_peak), (late, late_peak) = saved(loader, 10), saved(loader, 10**5)
+        assert not planned
+        assert late["batches"] == 10**5 and early["batches"] == 10
+        same = json.loads(json.dumps(late))
+        same["batches"] = same["segments"][-1]["batches"] = 10
+        assert same == early  # only the counter differs: the state does not grow with the step
+        assert late_peak < 50_000 and abs(late_peak - early_peak) < 500, (early_peak, late_peak)
+        resumed = make_loader(huge_manifest, 64, num_workers=8, rank=3, world_size=8)
+        resumed.load_state_dict(late)  # plans the rest of the epoch, once
+        assert planned == Counter(plan_resumed=1)
+        assert (len(resumed), resumed.start_batch) == (195_313, 10**5)
+        state, peak = saved(resumed, 10)
+        assert planned == Counter(plan_resumed=1)  # saving again planned nothing
+        assert state["batches"] == 10**5 + 10 and peak < 50_000
