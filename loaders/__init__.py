@@ -5,7 +5,8 @@
 
 from loaders.augment import normalize
 from loaders.device import DeviceDecoder
-from loaders.loader import StreamingLoader, make_loader
+from loaders.loader import StreamingLoader
+from loaders.make import make_loader
 from loaders.source import Source
 from wdstool.base.retry import RetryPolicy
 

@@ -22,7 +22,7 @@ from loaders.bench.baselines import (
 from loaders.bench.measure import RunResult, measure, recommend
 from loaders.bench.report import PIPELINES
 from loaders.bench.tokenize import Tokenize
-from loaders.loader import make_loader
+from loaders.make import make_loader
 from loaders.source import Source, resolve_source
 from wdstool.base.errors import ConfigError, WdsToolError
 from wdstool.format.decode import PARTIAL_DECODE

@@ -1,0 +1,212 @@
+"""``make_loader``: the one entry point. Validates the arguments (one-line ConfigError before any
+worker starts), resolves the sources, and wires the dataset into a torch DataLoader (or decode
+threads) behind a :class:`loaders.loader.StreamingLoader`.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import signal
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from loaders.config import LoaderConfig, WorkerMode
+from loaders.dataset import ShardStreamDataset
+from loaders.loader import StreamingLoader
+from loaders.mixing import SourceArg, loader_sources
+from loaders.schema import FieldsFn
+from loaders.source import ShardAccess
+from loaders.threads import ThreadedBatches
+from loaders.topology import cores_per_rank, detect_topology
+from wdstool.base.errors import ConfigError
+from wdstool.base.retry import DEFAULT_RETRY, RetryPolicy
+
+log = logging.getLogger("loaders.loader")
+
+
+def _worker_init(_worker_id: int) -> None:
+    """Ctrl-C reaches the whole process group. torch's worker loop swallows KeyboardInterrupt and
+    exits cleanly, which can leave the main process waiting for a batch forever; so workers
+    ignore SIGINT and the main process, which gets the KeyboardInterrupt, shuts them down.
+
+    Everything a worker inherits (torch's module graph: ~10^5 objects) moves to the garbage
+    collector's permanent generation: its older-generation passes walked all of it, ~2% of a
+    worker's time here, for objects that live as long as the process anyway."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    gc.freeze()
+
+
+def default_num_workers() -> int:
+    """Worker processes per rank: the cores available to this rank, at most 8."""
+    return min(8, cores_per_rank())
+
+
+def make_loader(
+    source: SourceArg,
+    batch_size: int = 64,
+    *,
+    label: str | None = "cls",
+    fields: Mapping[str, str] | None = None,
+    fields_fn: FieldsFn | None = None,
+    epoch_size: int | None = None,
+    image_size: int = 224,
+    train: bool = True,
+    shuffle: bool = True,
+    shuffle_buffer: int = 2000,
+    seed: int = 0,
+    num_workers: int | None = None,
+    prefetch_factor: int = 4,
+    pin_memory: bool | None = None,
+    persistent_workers: bool = True,
+    rank: int | None = None,
+    world_size: int | None = None,
+    uneven: str = "pad",
+    drop_last: bool = False,
+    output: str = "uint8",
+    channels_last: bool = False,
+    transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    on_error: str = "raise",
+    max_replaced: int | float | None = None,
+    worker_mode: str = "process",
+    storage_options: dict[str, Any] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    cache_limit: int | str | None = None,
+    retry: RetryPolicy | None = None,
+    multiprocessing_context: str | None = None,
+) -> StreamingLoader:
+    """A streaming loader over WebDataset shards for one rank of a (torchrun) job.
+
+    ``source``: an index.json path/URL, a folder or prefix holding one, a folder or prefix of
+    ``.tar`` shards without one, or a brace pattern of shard URLs
+    (``data/train-{000000..000099}.tar``; counts then come from a header-only scan).
+    Batches are dicts: ``pixel_values`` uint8 [B,3,S,S] (or normalized float32 with
+    ``output="float"``), ``labels`` int64 [B], ``keys`` list[str], and one entry per field.
+
+    What a sample carries: ``label`` is ``"cls"`` (the ``.cls`` member, an int; the default),
+    ``"json:a.b"`` (an int at that key path inside the sample's ``.json``) or ``None`` (no label:
+    batches have no ``labels``). ``fields`` maps batch keys to member specs, delivered as lists
+    aligned with ``pixel_values``: ``"txt"`` -> str, ``"json"`` -> the parsed object,
+    ``"json:PATH"`` -> the value at that path, any other extension -> bytes (never unpickled);
+    ``None`` where a sample lacks the member. ``fields_fn`` (picklable, run in the workers) maps
+    each sample's dict of requested fields to the dict the batch carries: tensor values are
+    stacked into batch tensors (tokenized captions), others listed. A bad ``.json``, a label that
+    is not an int or an exception in ``fields_fn`` is a bad sample (``on_error``). Members that
+    no spec names are never read. ``output="encoded"``: the
+    workers only parse headers and draw augmentations; batches carry ``encoded`` (uint8 bytes),
+    ``offsets``, ``crops``, ``flips`` for :class:`loaders.DeviceDecoder`, which decodes and
+    augments on the GPU (nvJPEG). ``channels_last=True``: ``pixel_values`` keeps its shape and
+    values but is laid out [B,S,S,3] in memory (``torch.channels_last`` strides), what a
+    channels-last model consumes after ``.to(device, non_blocking=True)`` with no conversion;
+    the workers' resize writes that layout directly (~40% less resize time here). Every rank
+    yields exactly
+    ``len(loader)`` batches. Call ``loader.set_epoch(e)`` before each epoch.
+
+    ``worker_mode="thread"``: the ``num_workers`` streams run as decode threads inside this
+    process instead of DataLoader worker processes (the decode, crop and resize release the GIL):
+    the same batches, keys and pixels, one Python heap and one copy of torch instead of one per
+    worker. ``epoch_size``, a list of :class:`loaders.Source` (a weighted mixture),
+    ``uneven="mask"`` (exact evaluation: ``batch["valid"]``) and ``max_replaced`` (the budget
+    of samples ``on_error="skip"`` may replace per epoch) are described in the README.
+
+    Remote sources (``s3://bucket/prefix``, any fsspec URL): ``storage_options`` as for s3fs
+    (``endpoint_url``, ``key``/``secret``/``token``, ``profile``, ``anon``, ``client_kwargs``,
+    ``config_kwargs``); the usual AWS variables apply. Each shard is one streaming GET, resumed
+    at the byte offset already read after a dropped connection, timeout, 5xx or throttling
+    (``retry``: a :class:`wdstool.base.retry.RetryPolicy`). ``cache_dir`` keeps a local copy of
+    every shard read (``cache_limit``: bytes or "50GB", least recently used evicted), shared
+    safely by all workers and ranks on the host.
+    """
+    workers = default_num_workers() if num_workers is None else num_workers
+    config = LoaderConfig(
+        batch_size=batch_size,
+        image_size=image_size,
+        train=train,
+        shuffle=shuffle,
+        shuffle_buffer=shuffle_buffer,
+        seed=seed,
+        num_workers=workers,
+        uneven=uneven,
+        drop_last=drop_last,
+        output=output,
+        on_error=on_error,
+        channels_last=channels_last,
+        max_replaced=max_replaced,
+        worker_mode=worker_mode,
+    )
+    if prefetch_factor < 1:
+        raise ConfigError(f"prefetch_factor must be >= 1, got {prefetch_factor}")
+    if transform is not None and not callable(transform):
+        raise ConfigError("transform must be a callable taking a uint8 [3,H,W] tensor")
+    if transform is not None and output == "encoded":
+        raise ConfigError(
+            "transform needs decoded pixels in the workers; output='encoded' leaves decoding "
+            "to loaders.DeviceDecoder (apply your transform after it)"
+        )
+    access = ShardAccess(
+        storage_options=storage_options,
+        cache_dir=None if cache_dir is None else os.fspath(cache_dir),
+        cache_limit=cache_limit,
+        retry=retry or DEFAULT_RETRY,
+    )
+    topology = detect_topology(rank, world_size)
+    sources, with_source = loader_sources(
+        source,
+        label=label,
+        fields=fields,
+        fields_fn=fields_fn,
+        storage_options=storage_options,
+        access=access,
+    )
+    dataset = ShardStreamDataset(
+        sources,
+        config,
+        topology,
+        transform=transform,
+        epoch_size=epoch_size,
+        with_source=with_source,
+    )
+    total = dataset.mixture.total
+    if len(dataset) == 0:
+        raise ConfigError(
+            f"{source}: {total} samples over {topology.world_size} ranks give no "
+            f"batch of {batch_size} with drop_last=True; lower batch_size or set drop_last=False"
+        )
+    if pin_memory is None:
+        pin_memory = torch.cuda.is_available()
+    kwargs: dict[str, Any] = {}
+    if workers > 0:
+        kwargs.update(
+            worker_init_fn=_worker_init,
+            prefetch_factor=prefetch_factor,
+            persistent_workers=persistent_workers,
+            multiprocessing_context=multiprocessing_context,
+        )
+    kwargs.update(batch_size=None, num_workers=workers, pin_memory=pin_memory)
+    if config.worker_mode is WorkerMode.THREAD and workers > 0:
+        loader = StreamingLoader(
+            dataset, ThreadedBatches(dataset, prefetch_factor), None, detected=rank is None
+        )
+        loader.pin_memory = pin_memory
+        return loader
+    dataloader = DataLoader(dataset, **kwargs)
+    log.info(
+        "loader: %d samples per epoch from %d shards of %d sources, rank %d/%d, %d workers, "
+        "%d batches of %d per epoch",
+        total,
+        sum(len(s.index.urls) for s in sources),
+        len(sources),
+        topology.rank,
+        topology.world_size,
+        workers,
+        len(dataset),
+        batch_size,
+    )
+    return StreamingLoader(dataset, dataloader, kwargs, detected=rank is None)
+
+
+__all__ = ["default_num_workers", "make_loader"]
