@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 DEMO_DIR ?= build/demo
 DEMO_IMAGES ?= 2000
 
-.PHONY: venv demo test lint format bench bench-fields faults clean
+.PHONY: venv demo test lint format bench bench-fields bench-peers faults clean
 BENCH_DATA ?= bench/data
 BENCH_IMAGES ?= 10000
 BENCH_WORKERS ?= 1,2
@@ -59,6 +59,38 @@ bench-fields: $(STAMP)
 	$(PY) -m wdstool stream-bench $(BENCH_DATA)/caption-shards --workers 2 --batch-size 64 \
 		--repeats $(BENCH_REPEATS) --field caption=txt --tokenize caption --compare plain \
 		--json bench/results/stream-bench-fields.json | tee bench/results/stream-bench-fields.txt
+
+# The peer table: the same epoch through DALI (CPU), SPDL, litdata, MosaicML streaming, upstream
+# webdataset and ImageFolder, interleaved with wdstool's loader (bench/peers/run.py). The peers
+# live in their own venv (.venv-peers, never touched by `make test`), with torch pinned as
+# above; SPDL also needs FFmpeg's shared libraries (installed with apt-get when run as root,
+# else its row is a skip). Their formats are converted once into $(PEERS_DATA)/peers/.
+# Another data folder (images/ + shards/): make bench-peers PEERS_DATA=bench/data-large
+# PEERS_OUT=bench/results/peers-large
+PEERS_VENV := .venv-peers
+PEERS_PY := $(PEERS_VENV)/bin/python
+PEERS_STAMP := $(PEERS_VENV)/.installed
+PEERS_DATA ?= $(BENCH_DATA)
+PEERS_OUT ?= bench/results/peers
+PEERS_ROUNDS ?= 3
+
+$(PEERS_STAMP): pyproject.toml setup.py wdstool/format/_jpegcrop.c wdstool/format/_mapread.c bench/peers/requirements.txt
+	test -x $(PEERS_PY) || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_PY) -m pip install --quiet --upgrade pip
+	$(PEERS_PY) -m pip install --quiet $(TORCH_PINS) -e . -r bench/peers/requirements.txt
+	touch $(PEERS_STAMP)
+
+bench-peers: $(STAMP) $(PEERS_STAMP)
+	@if [ "$(PEERS_DATA)" = "$(BENCH_DATA)" ]; then \
+	  test -d $(BENCH_DATA)/images || $(PY) -m wdstool sample-data $(BENCH_DATA)/images --images $(BENCH_IMAGES) --classes 100 --seed 0; \
+	  test -f $(BENCH_DATA)/shards/index.json || $(PY) -m wdstool pack $(BENCH_DATA)/images $(BENCH_DATA)/shards --max-count 1000; \
+	fi
+	@ldconfig -p | grep -q 'libavfilter\.so\.' || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && apt-get install -y -qq --no-install-recommends ffmpeg; \
+	  else echo "note: SPDL needs FFmpeg's shared libraries (apt-get install ffmpeg); its row will be a skip"; fi; }
+	mkdir -p $(dir $(PEERS_OUT))
+	$(PEERS_PY) bench/peers/run.py $(PEERS_DATA) --rounds $(PEERS_ROUNDS) --out $(PEERS_OUT)
 
 # the fault suite's long, randomized variant (each randomized case FAULT_RUNS times its
 # `make test` count); prints the table and writes build/faults.md

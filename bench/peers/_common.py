@@ -1,0 +1,283 @@
+"""What every peer runner shares: the job's arguments, the timed epoch, the memory monitor.
+
+A runner is ``python bench/peers/peer_NAME.py DATA [--workers 2 --batch-size 64 ...]``: it builds
+its pipeline for one full shuffled epoch of DATA (``DATA/images`` ImageFolder tree,
+``DATA/shards`` wdstool shards with ``index.json``, ``DATA/peers/`` its converted copies), runs
+it, and prints one JSON line of figures. ``prepare`` as first argument converts the data once
+(untimed; cached under ``DATA/peers/``); ``check`` imports the peer and says why it cannot run.
+Not part of the library: nothing in wdstool, loaders or shard_writer imports these files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+# what every peer delivers: uint8 [B, 3, S, S] images and int64 [B] labels
+Batch = tuple[Any, Any]
+
+
+class Skip(Exception):
+    """This peer cannot run here; the message says exactly why (shown in the table)."""
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("action", nargs="?", choices=["run", "prepare", "check"], default="run")
+    p.add_argument("data", type=Path, help="folder with images/ and shards/ (bench/data)")
+    p.add_argument("--workers", type=int, default=2, help="worker processes (or threads)")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--prefetch-factor", type=int, default=4)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sample-every", type=float, default=0.1, help="memory sampling period, s")
+    return p.parse_args(argv)
+
+
+def manifest(data: Path) -> dict[str, Any]:
+    path = data / "shards" / "index.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise SystemExit(
+            f"{path}: not a readable wdstool manifest ({e}); run `make bench-peers`"
+        ) from e
+
+
+def shard_paths(data: Path) -> list[str]:
+    """The shards of DATA/shards, in manifest order, as absolute local paths."""
+    root = (data / "shards").resolve()
+    return [str(root / s["url"]) for s in manifest(data)["shardlist"]]
+
+
+def image_files(data: Path) -> tuple[list[str], list[int]]:
+    """ImageFolder's view of DATA/images: files and labels (classes sorted by name)."""
+    root = (data / "images").resolve()
+    classes = sorted(d.name for d in root.iterdir() if d.is_dir())
+    files: list[str] = []
+    labels: list[int] = []
+    for i, c in enumerate(classes):
+        for f in sorted((root / c).iterdir()):
+            if f.suffix.lower() in (".jpg", ".jpeg"):
+                files.append(str(f))
+                labels.append(i)
+    return files, labels
+
+
+def fingerprint(data: Path) -> str:
+    """Names the data a conversion was made from (the manifest's layout fingerprint)."""
+    return str(manifest(data).get("fingerprint", ""))
+
+
+def cached(out: Path, data: Path) -> bool:
+    """True when ``out`` holds a finished conversion of this very data set."""
+    stamp = out / ".wdstool-source"
+    return stamp.is_file() and stamp.read_text() == fingerprint(data)
+
+
+def mark_cached(out: Path, data: Path) -> None:
+    (out / ".wdstool-source").write_text(fingerprint(data))
+
+
+def rrc_box(width: int, height: int, rng: random.Random) -> tuple[int, int, int, int]:
+    """torchvision's RandomResizedCrop draw (scale 0.08-1, ratio 3/4-4/3, 10 tries, then the
+    central crop): (left, top, w, h). For peers that crop outside torchvision (SPDL)."""
+    area = width * height
+    log_ratio = (math.log(3 / 4), math.log(4 / 3))
+    for _ in range(10):
+        target = area * rng.uniform(0.08, 1.0)
+        ratio = math.exp(rng.uniform(*log_ratio))
+        w = round(math.sqrt(target * ratio))
+        h = round(math.sqrt(target / ratio))
+        if 0 < w <= width and 0 < h <= height:
+            return rng.randint(0, width - w), rng.randint(0, height - h), w, h
+    in_ratio = width / height
+    if in_ratio < 3 / 4:
+        w, h = width, round(width / (3 / 4))
+    elif in_ratio > 4 / 3:
+        w, h = round(height * (4 / 3)), height
+    else:
+        w, h = width, height
+    return (width - w) // 2, (height - h) // 2, w, h
+
+
+def tensor_augment(image_size: int) -> Callable[[Any], Any]:
+    """RandomResizedCrop + horizontal flip (torchvision v2, bilinear, antialiased) on a uint8
+    CHW tensor: the augmentation of the peers that decode with ``torchvision.io``."""
+    from torchvision.transforms import v2
+
+    return v2.Compose([v2.RandomResizedCrop(image_size, antialias=True), v2.RandomHorizontalFlip()])
+
+
+def decode_jpeg(data: Any) -> Any:
+    """JPEG bytes -> uint8 RGB CHW tensor (libjpeg-turbo through ``torchvision.io``). With the
+    same v2 augmentation after it, about 1.4x PIL (decode, v2 on the PIL image, PILToTensor)
+    on this project's machine: 210-217 vs 149-157 images/s in one process over 300 of the
+    bench images; so the peers that decode in Python use it."""
+    import torch
+    from torchvision.io import ImageReadMode
+    from torchvision.io import decode_jpeg as _decode
+
+    with warnings.catch_warnings():  # read-only bytes: the decoder only reads them
+        warnings.simplefilter("ignore", UserWarning)
+        buf = torch.frombuffer(data, dtype=torch.uint8)
+    return _decode(buf, mode=ImageReadMode.RGB)
+
+
+class MemoryMonitor:
+    """Samples RSS summed over this process and all its descendants (and PSS, from
+    /proc/PID/smaps_rollup where readable) every ``period`` seconds; keeps the peaks."""
+
+    def __init__(self, period: float = 0.1) -> None:
+        import psutil  # noqa: F401  (fails here, before the run, where it is missing)
+
+        self.period = period
+        self.peak_rss = 0
+        self.peak_pss: int | None = None
+        self.peak_procs = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="mem-monitor", daemon=True)
+
+    def __enter__(self) -> MemoryMonitor:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.period):
+            self.sample()
+
+    def sample(self) -> None:
+        import psutil
+
+        me = psutil.Process(os.getpid())
+        try:
+            procs = [me, *me.children(recursive=True)]
+        except psutil.Error:
+            procs = [me]
+        rss = 0
+        pss: int | None = 0
+        for p in procs:
+            try:
+                rss += p.memory_info().rss
+            except psutil.Error:
+                continue
+            one = _pss(p.pid)
+            pss = None if one is None or pss is None else pss + one
+        self.peak_rss = max(self.peak_rss, rss)
+        self.peak_procs = max(self.peak_procs, len(procs))
+        if pss is not None:
+            self.peak_pss = max(self.peak_pss or 0, pss)
+
+
+def _pss(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def run_epoch(
+    name: str,
+    build: Callable[[], Iterable[Batch]],
+    args: argparse.Namespace,
+    expected: int,
+    config: dict[str, Any],
+) -> dict[str, Any]:
+    """Build the pipeline and drain one epoch, as a training loop would (no step time).
+
+    Times: ``epoch_s`` from the start of ``build()`` to the last batch (what an epoch costs,
+    start-up included), ``first_batch_s``, and ``samples_per_s`` over the batches after the
+    first (the steady rate, as ``wdstool stream-bench`` reports it). Checks that every batch
+    is uint8 [B, 3, S, S] and that the epoch held ``expected`` samples."""
+    import torch
+
+    size = args.image_size
+    samples = batches = 0
+    first_at = t_after_first = None
+    with MemoryMonitor(args.sample_every) as mon:
+        t0 = time.perf_counter()
+        pipeline = build()
+        for images, labels in pipeline:
+            if first_at is None:
+                first_at = time.perf_counter()
+                if images.dtype != torch.uint8 or tuple(images.shape[1:]) != (3, size, size):
+                    raise SystemExit(
+                        f"{name}: batch is {images.dtype} {tuple(images.shape)}, "
+                        f"expected uint8 [B, 3, {size}, {size}]"
+                    )
+                if len(labels) != len(images):
+                    raise SystemExit(f"{name}: {len(labels)} labels for {len(images)} images")
+                t_after_first = time.perf_counter()
+                first_n = len(images)
+            samples += len(images)
+            batches += 1
+        end = time.perf_counter()
+    if samples != expected:
+        raise SystemExit(f"{name}: the epoch held {samples} samples, expected {expected}")
+    steady = end - t_after_first if t_after_first is not None else 0.0
+    return {
+        "peer": name,
+        "samples": samples,
+        "batches": batches,
+        "epoch_s": round(end - t0, 4),
+        "first_batch_s": round((first_at or end) - t0, 4),
+        "samples_per_s": round((samples - first_n) / steady, 2) if steady > 0 else 0.0,
+        "epoch_samples_per_s": round(samples / (end - t0), 2),
+        "peak_rss_mb": round(mon.peak_rss / 2**20, 1),
+        "peak_pss_mb": round(mon.peak_pss / 2**20, 1) if mon.peak_pss is not None else None,
+        "peak_processes": mon.peak_procs,
+        "workers": args.workers,
+        "batch_size": args.batch_size,
+        "image_size": size,
+        "seed": args.seed,
+        "config": config,
+    }
+
+
+def main(
+    name: str,
+    *,
+    build: Callable[[argparse.Namespace], Iterable[Batch]],
+    config: Callable[[argparse.Namespace], dict[str, Any]],
+    check: Callable[[argparse.Namespace], None] | None = None,
+    prepare: Callable[[argparse.Namespace], None] | None = None,
+    expected: Callable[[argparse.Namespace], int] | None = None,
+) -> None:
+    """The runner's command line: ``check``, ``prepare`` or ``run`` (one JSON line)."""
+    args = parse_args()
+    try:
+        if check is not None:
+            check(args)
+    except Skip as e:
+        print(json.dumps({"peer": name, "skip": str(e)}))
+        return
+    if args.action == "check":
+        print(json.dumps({"peer": name, "ok": True}))
+        return
+    if args.action == "prepare":
+        t = time.perf_counter()
+        if prepare is not None:
+            prepare(args)
+        print(json.dumps({"peer": name, "prepared_s": round(time.perf_counter() - t, 2)}))
+        return
+    n = expected(args) if expected else int(manifest(args.data)["num_samples"])
+    result = run_epoch(name, lambda: build(args), args, n, config(args))
+    print(json.dumps(result))

@@ -1,0 +1,44 @@
+"""wdstool's loader (``loaders.make_loader``) on DATA/shards: the row every peer is compared
+with. Defaults as documented: block shuffle (buffer 2,000), prefetch 4 batches per worker,
+the crop drawn from the JPEG header and only the crop decoded, uint8 batches."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from typing import Any
+
+from _common import Batch, main
+
+
+def check(args: argparse.Namespace) -> None:
+    import loaders  # noqa: F401  (imported before the clock starts, as for every peer)
+
+
+def build(args: argparse.Namespace) -> Iterator[Batch]:
+    from loaders import make_loader
+
+    loader = make_loader(
+        str(args.data / "shards"),
+        batch_size=args.batch_size,
+        num_workers=args.workers,
+        image_size=args.image_size,
+        prefetch_factor=args.prefetch_factor,
+        seed=args.seed,
+        output="uint8",
+    )
+    loader.set_epoch(0)
+    for batch in loader:
+        yield batch["pixel_values"], batch["labels"]
+
+
+def config(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "reads": "shards (tar)",
+        "loader": f"loaders.make_loader(num_workers={args.workers}, "
+        f"prefetch_factor={args.prefetch_factor}, shuffle_buffer=2000, output='uint8')",
+    }
+
+
+if __name__ == "__main__":
+    main("wdstool", build=build, config=config, check=check)
