@@ -43,6 +43,12 @@ def render_text(report: dict) -> list[str]:
         lines.append(
             "decoder: whole images (wdstool/format/_jpegcrop not built or WDSTOOL_PARTIAL_DECODE=0)"
         )
+    elif "scaled_decode" in report:
+        lines.append(
+            "decoder: partial JPEG decode, "
+            + ("scaled for large regions" if report["scaled_decode"] else "exact (full scale)")
+            + f"; whole images: {report.get('whole_decoder', '?')}"
+        )
     rec = report.get("recommendation") or {}
     if rec:
         lines.append(
@@ -62,7 +68,14 @@ def plot(report: dict, path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    for name in ("wdstool", "wdstool-plain", "webdataset-fast", "webdataset", "imagefolder"):
+    for name in (
+        "wdstool",
+        "wdstool-exact",
+        "wdstool-plain",
+        "webdataset-fast",
+        "webdataset",
+        "imagefolder",
+    ):
         rows = [r for r in report["summary"] if r["pipeline"] == name]
         if rows:
             ax1.plot(
