@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 DEMO_DIR ?= build/demo
 DEMO_IMAGES ?= 2000
 
-.PHONY: venv demo test lint format bench bench-fields bench-peers faults clean
+.PHONY: venv demo test lint format bench bench-fields bench-large bench-peers faults clean
 BENCH_DATA ?= bench/data
 BENCH_IMAGES ?= 10000
 BENCH_WORKERS ?= 1,2
@@ -91,6 +91,26 @@ bench-peers: $(STAMP) $(PEERS_STAMP)
 	  else echo "note: SPDL needs FFmpeg's shared libraries (apt-get install ffmpeg); its row will be a skip"; fi; }
 	mkdir -p $(dir $(PEERS_OUT))
 	$(PEERS_PY) bench/peers/run.py $(PEERS_DATA) --rounds $(PEERS_ROUNDS) --out $(PEERS_OUT)
+
+# Large images (issue 20): 2,000 JPEGs of about 1600x1200 (~1.1 MB each), generated and packed
+# once under bench/data-large/ (git-ignored); the loader with the scaled decode on against the
+# same loader with it off (--compare exact), interleaved and repeated, for the train path and
+# the eval path (resize + centre crop). Results in bench/results/stream-bench-large*.
+BENCH_LARGE ?= bench/data-large
+BENCH_LARGE_IMAGES ?= 2000
+BENCH_LARGE_SIZE ?= 1600x1200
+BENCH_LARGE_WORKERS ?= 2
+bench-large: $(STAMP)
+	test -d $(BENCH_LARGE)/images || $(PY) -m wdstool sample-data $(BENCH_LARGE)/images --images $(BENCH_LARGE_IMAGES) --classes 10 --seed 0 --size $(BENCH_LARGE_SIZE)
+	test -f $(BENCH_LARGE)/shards/index.json || $(PY) -m wdstool pack $(BENCH_LARGE)/images $(BENCH_LARGE)/shards --max-count 250
+	mkdir -p bench/results
+	$(PY) -m wdstool stream-bench $(BENCH_LARGE)/shards --workers $(BENCH_LARGE_WORKERS) --batch-size 64 \
+		--repeats $(BENCH_REPEATS) --compare exact --json bench/results/stream-bench-large.json \
+		| tee bench/results/stream-bench-large.txt
+	$(PY) -m wdstool stream-bench $(BENCH_LARGE)/shards --workers $(BENCH_LARGE_WORKERS) --batch-size 64 \
+		--repeats $(BENCH_REPEATS) --compare exact --eval --json bench/results/stream-bench-large-eval.json \
+		| tee bench/results/stream-bench-large-eval.txt
+	$(PY) bench/decode_quality.py $(BENCH_LARGE)/images --images 300 | tee bench/results/decode-quality-large.txt
 
 # the fault suite's long, randomized variant (each randomized case FAULT_RUNS times its
 # `make test` count); prints the table and writes build/faults.md

@@ -3,8 +3,17 @@
 The train augmentation's draws come from an explicit ``random.Random`` (never torch's global
 RNG), so a worker's output is a pure function of its seeds; they can be drawn from the image
 header alone (:func:`train_params`), so that only the crop of a JPEG is decoded
-(:func:`train_sample`: the same pixels as decoding the whole image). Normalization belongs on
-the training device: :func:`normalize` takes uint8 batches there.
+(:func:`train_sample`: the same pixels as decoding the whole image). The eval transform's
+region is known from the header too (:func:`eval_box`, :func:`eval_sample`).
+
+Scaled decode (``scaled=True``, the loader's default ``scaled_decode``): a JPEG region more
+than twice the output size on both sides is decoded at 1/2, 1/4 or 1/8 scale in the DCT domain,
+the largest reduction that keeps it at least the output size (``decode.scale_for``), then
+resized as usual. That is a fraction of the work of a full-scale decode, and slightly different
+pixels (a scaled IDCT instead of part of the antialiased resize, region edges rounded to the
+scaled grid); ``scaled=False`` keeps the exact pixels. Smaller regions are decoded at full
+scale: their pixels are the same either way. Normalization belongs on the training device:
+:func:`normalize` takes uint8 batches there.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ from wdstool.format.decode import (
     decode_crop,
     decode_rgb,
     header_size,
+    scale_for,
 )
 from wdstool.format.images import MAX_PIXELS, is_jpeg
 
@@ -130,16 +140,19 @@ def decode_train(
     out: torch.Tensor | None = None,
     *,
     partial: bool = PARTIAL_DECODE,
+    scaled: bool = True,
     max_pixels: int = MAX_PIXELS,
     where: str = "",
 ) -> torch.Tensor:
     """``apply_train(decode_rgb(data), size, params, out)``, for a JPEG by decoding only the
-    crop ``params`` names (``train_params`` of its ``header_size``). Same pixels either way."""
+    crop ``params`` names (``train_params`` of its ``header_size``): the same pixels, except
+    that with ``scaled`` a crop more than twice ``size`` on both sides is decoded at a reduced
+    scale (see the module's docstring)."""
     if partial and is_jpeg(data):
         top, left, h, w, flip = params
-        crop = decode_crop(data, top, left, h, w)
+        crop = decode_crop(data, top, left, h, w, scale=scale_for(h, w, size) if scaled else 1)
         if crop is not None:
-            return apply_train(crop, size, (0, 0, h, w, flip), out)
+            return apply_train(crop, size, (0, 0, crop.shape[1], crop.shape[2], flip), out)
     return apply_train(decode_rgb(data, max_pixels=max_pixels, where=where), size, params, out)
 
 
@@ -150,16 +163,17 @@ def train_sample(
     out: torch.Tensor | None = None,
     *,
     partial: bool = PARTIAL_DECODE,
+    scaled: bool = True,
     where: str = "",
 ) -> torch.Tensor:
     """Decode + train augmentation of one image's bytes, any format: for a JPEG the crop is
     drawn from its header and only the crop decoded (``decode_train``); otherwise
     ``train_augment(decode_rgb(data))``. The same draws from ``rng`` and the same pixels
-    either way."""
+    either way (up to the scaled decode of large crops, with ``scaled``)."""
     if partial and is_jpeg(data):
         width, height = header_size(data, where=where)
         params = train_params(height, width, rng)
-        return decode_train(data, size, params, out, partial=True, where=where)
+        return decode_train(data, size, params, out, partial=True, scaled=scaled, where=where)
     return train_augment(decode_rgb(data, where=where), size, rng, out)
 
 
@@ -175,6 +189,43 @@ def eval_augment(img: torch.Tensor, size: int, out: torch.Tensor | None = None) 
     """Resize(shorter side = int(size / 0.875)) + CenterCrop(size): the classic eval transform."""
     resized = F.resize(img, [int(size / 0.875)], antialias=True)
     return _into(F.center_crop(resized, [size, size]), out)
+
+
+def eval_box(height: int, width: int, size: int) -> tuple[float, float, float, float]:
+    """(top, left, h, w), in pixels of the ``height`` x ``width`` image (fractional), of the
+    region that ``eval_augment`` turns into its output: torchvision's resized size and centre
+    crop offsets, mapped back through the resize."""
+    short, long = (width, height) if width <= height else (height, width)
+    new_short, new_long = int(size / 0.875), int(int(size / 0.875) * long / short)
+    new_w, new_h = (new_short, new_long) if width <= height else (new_long, new_short)
+    top, left = round((new_h - size) / 2.0), round((new_w - size) / 2.0)
+    fy, fx = height / new_h, width / new_w
+    return top * fy, left * fx, size * fy, size * fx
+
+
+def eval_sample(
+    data: bytes,
+    size: int,
+    out: torch.Tensor | None = None,
+    *,
+    partial: bool = PARTIAL_DECODE,
+    scaled: bool = True,
+    max_pixels: int = MAX_PIXELS,
+    where: str = "",
+) -> torch.Tensor:
+    """Decode + eval transform of one image's bytes: ``eval_augment(decode_rgb(data))``; with
+    ``scaled``, for a JPEG whose centre region (``eval_box``) is more than twice ``size`` on
+    both sides, only that region is decoded, at the reduced scale ``decode.scale_for`` picks,
+    and resized (antialiased) to ``size`` x ``size``."""
+    if partial and scaled and is_jpeg(data):
+        width, height = header_size(data, max_pixels=max_pixels, where=where)
+        top, left, h, w = eval_box(height, width, size)
+        scale = scale_for(h, w, size)
+        if scale > 1:
+            crop = decode_crop(data, top, left, h, w, scale=scale)
+            if crop is not None:
+                return apply_train(crop, size, (0, 0, crop.shape[1], crop.shape[2], False), out)
+    return eval_augment(decode_rgb(data, max_pixels=max_pixels, where=where), size, out)
 
 
 def normalize(

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from loaders.augment import eval_augment, normalize_into, train_params, train_sample
+from loaders.augment import eval_sample, normalize_into, train_params, train_sample
 from loaders.plan import (
     WorkerPlan,
 )
@@ -42,6 +42,7 @@ class DecodeSpec:
     transform: Callable[[torch.Tensor], torch.Tensor] | None = None
     on_error: str = "raise"  # "raise" | "skip"
     channels_last: bool = False  # batches in [B,S,S,3] memory (torch.channels_last strides)
+    scaled_decode: bool = True  # JPEG regions > 2x the output decoded at reduced scale
     schemas: tuple[SampleSchema, ...] = (SampleSchema(),)  # per source: label, extra fields
     source_ids: tuple[int, ...] | None = None  # batches carry "source": source_ids[i] for i
     with_valid: bool = False  # batches carry "valid" (uneven="mask"): False for padding
@@ -133,16 +134,15 @@ class BatchAssembler:
         try:
             data, ext = _image_part(loc)
             where = f"{loc.url}: sample {key!r}"
-            if self.spec.train and self.spec.transform is None:
+            size, scaled = self.spec.image_size, self.spec.scaled_decode
+            if self.spec.transform is not None:
+                img = self.spec.transform(decode_rgb(data, ext, where=where))
+            elif self.spec.train:
                 # a JPEG's crop is drawn from its header, so only the crop is decoded
-                size, rng = self.spec.image_size, self._rng(loc)
-                img = train_sample(data, size, rng, self._dest, where=where)
+                rng = self._rng(loc)
+                img = train_sample(data, size, rng, self._dest, scaled=scaled, where=where)
             else:
-                img = decode_rgb(data, ext, where=where)
-                if self.spec.transform is not None:
-                    img = self.spec.transform(img)
-                else:
-                    img = eval_augment(img, self.spec.image_size)
+                img = eval_sample(data, size, self._dest, scaled=scaled, where=where)
         except WdsToolError:
             raise
         except Exception as exc:  # a user transform or a decoder bug: name the sample

@@ -39,6 +39,7 @@ class LoaderConfig:
     output: Output = Output.UINT8
     on_error: OnError = OnError.RAISE
     channels_last: bool = False
+    scaled_decode: bool = True  # large JPEG regions decoded at 1/2, 1/4, 1/8 scale (augment.py)
     max_replaced: int | float | None = None  # samples a rank may replace per epoch (or a share)
     worker_mode: WorkerMode = WorkerMode.PROCESS
 

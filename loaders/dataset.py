@@ -245,6 +245,7 @@ class ShardStreamDataset(IterableDataset):
                 transform=self.transform,
                 on_error=c.on_error.value,
                 channels_last=c.channels_last,
+                scaled_decode=c.scaled_decode,
                 schemas=tuple(s.schema for s in sources),
                 source_ids=ids if self.with_source else None,
                 with_valid=c.uneven is Uneven.MASK,

@@ -69,6 +69,7 @@ def make_loader(
     drop_last: bool = False,
     output: str = "uint8",
     channels_last: bool = False,
+    scaled_decode: bool = True,
     transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
     on_error: str = "raise",
     max_replaced: int | float | None = None,
@@ -102,8 +103,12 @@ def make_loader(
     augments on the GPU (nvJPEG). ``channels_last=True``: ``pixel_values`` keeps its shape and
     values but is laid out [B,S,S,3] in memory (``torch.channels_last`` strides), what a
     channels-last model consumes after ``.to(device, non_blocking=True)`` with no conversion;
-    the workers' resize writes that layout directly (~40% less resize time here). Every rank
-    yields exactly
+    the workers' resize writes that layout directly (~40% less resize time here).
+    ``scaled_decode=True`` (default): a JPEG crop (train) or centre region (eval) more than
+    twice ``image_size`` on both sides is decoded at 1/2, 1/4 or 1/8 scale in the DCT domain
+    (the largest reduction that keeps it >= ``image_size``), then resized as usual: several
+    times less work on large images, slightly different pixels there; ``False`` keeps the
+    exact pixels of a full-scale decode. Every rank yields exactly
     ``len(loader)`` batches. Call ``loader.set_epoch(e)`` before each epoch.
 
     ``worker_mode="thread"``: the ``num_workers`` streams run as decode threads inside this
@@ -135,6 +140,7 @@ def make_loader(
         output=output,
         on_error=on_error,
         channels_last=channels_last,
+        scaled_decode=scaled_decode,
         max_replaced=max_replaced,
         worker_mode=worker_mode,
     )

@@ -2,9 +2,10 @@
 
 Images are cut from the real photographs that ship inside scikit-image, scikit-learn and
 matplotlib: random crop, rotation, flip, colour jitter and noise, about 450x380 px, JPEG
-quality 90 (4:2:0), ~100 KB each: the decode cost of an ImageNet image. Image i of class
-``i % classes`` is a pure function of (seed, i, classes): the same seed gives the same bytes
-whatever the number of workers. Class c is cut from photo ``c % photos`` (with a per-class tint
+quality 90 (4:2:0), ~100 KB each: the decode cost of an ImageNet image. ``size`` asks for
+another nominal size (each side still varies by about +-11%; 1600x1200: ~1.2 MB an image),
+for benchmarks of large images. Image i of class ``i % classes`` is a pure function of (seed,
+i, classes, size): the same seed gives the same bytes whatever the number of workers. Class c is cut from photo ``c % photos`` (with a per-class tint
 beyond the number of photos), so a small CNN can learn the classes.
 """
 
@@ -54,6 +55,7 @@ _PHOTO_FILES = (
     ("matplotlib", "mpl-data/sample_data", ("grace_hopper.jpg", "Minduka_Present_Blue_Pack.png")),
 )
 NOISE_SIGMA = 27.0  # measured: 105 KB average over 200 images at 450x380, quality 90
+DEFAULT_SIZE = (450, 380)  # nominal (width, height): drawn in 400..500 x 340..420
 _CHUNK = 32
 
 
@@ -94,15 +96,16 @@ def source_photos() -> list[tuple[str, Image.Image]]:
     return sorted(photos, key=lambda p: p[0])
 
 
-def render(seed: int, i: int, classes: int) -> bytes:
+def render(seed: int, i: int, classes: int, size: tuple[int, int] = DEFAULT_SIZE) -> bytes:
     """The JPEG bytes of image ``i``: a pure function of its arguments."""
+    nominal_w, nominal_h = size
     photos = source_photos()
     c = i % classes
     _name, photo = photos[c % len(photos)]
     rng = np.random.default_rng([seed, i])
     w0, h0 = photo.size
     area = w0 * h0 * rng.uniform(0.3, 1.0)
-    aspect = float(np.exp(rng.uniform(-0.3, 0.3))) * 450 / 380
+    aspect = float(np.exp(rng.uniform(-0.3, 0.3))) * nominal_w / nominal_h
     cw = int(min(w0, max(16, round(np.sqrt(area * aspect)))))
     ch = int(min(h0, max(16, round(np.sqrt(area / aspect)))))
     left = int(rng.integers(0, w0 - cw + 1))
@@ -111,8 +114,10 @@ def render(seed: int, i: int, classes: int) -> bytes:
     img = img.rotate(float(rng.uniform(-15, 15)), resample=Image.Resampling.BILINEAR)
     if rng.random() < 0.5:
         img = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-    size = (int(rng.integers(400, 501)), int(rng.integers(340, 421)))
-    img = img.resize(size, Image.Resampling.BILINEAR)
+    # the default's draws, stretched to the nominal size (the default's bytes are unchanged)
+    out_w = round(int(rng.integers(400, 501)) * nominal_w / DEFAULT_SIZE[0])
+    out_h = round(int(rng.integers(340, 421)) * nominal_h / DEFAULT_SIZE[1])
+    img = img.resize((out_w, out_h), Image.Resampling.BILINEAR)
     for enhance in (ImageEnhance.Brightness, ImageEnhance.Contrast, ImageEnhance.Color):
         img = enhance(img).enhance(float(rng.uniform(0.8, 1.2)))
     pixels = np.asarray(img, dtype=np.float32)
@@ -133,11 +138,13 @@ def _paths(root: Path, i: int, images: int, classes: int) -> Path:
     return root / f"class_{i % classes:0{cwidth}d}" / f"img_{i:0{width}d}.jpg"
 
 
-def _write_chunk(root: str, indices: list[int], seed: int, images: int, classes: int) -> int:
+def _write_chunk(
+    root: str, indices: list[int], seed: int, images: int, classes: int, size: tuple[int, int]
+) -> int:
     total = 0
     for i in indices:
         path = _paths(Path(root), i, images, classes)
-        data = render(seed, i, classes)
+        data = render(seed, i, classes, size)
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
         tmp.write_bytes(data)
         os.replace(tmp, path)
@@ -153,14 +160,18 @@ def generate_sample_data(
     seed: int = 0,
     workers: int | None = None,
     progress: bool = False,
+    size: tuple[int, int] = DEFAULT_SIZE,
 ) -> SampleDataSummary:
-    """Write ``images`` JPEGs in ``classes`` folders under ``dest``."""
+    """Write ``images`` JPEGs in ``classes`` folders under ``dest``, each about ``size``
+    (width, height) pixels."""
     if images < 1:
         raise ConfigError(f"--images must be >= 1, got {images}")
     if not 1 <= classes <= images:
         raise ConfigError(
             f"--classes must be within 1..{images} (the number of images), got {classes}"
         )
+    if len(size) != 2 or min(size) < 16:
+        raise ConfigError(f"--size must be WIDTHxHEIGHT with both >= 16, got {size}")
     root = Path(dest)
     if root.exists():
         if not root.is_dir():
@@ -186,14 +197,14 @@ def generate_sample_data(
     try:
         if workers == 1 or len(chunks) == 1:
             for chunk in chunks:
-                total += _write_chunk(str(root), chunk, seed, images, classes)
+                total += _write_chunk(str(root), chunk, seed, images, classes, size)
                 bar.update(len(chunk))
         else:
             with ProcessPoolExecutor(
                 max_workers=workers, mp_context=mp.get_context("spawn")
             ) as pool:
                 futures = [
-                    pool.submit(_write_chunk, str(root), chunk, seed, images, classes)
+                    pool.submit(_write_chunk, str(root), chunk, seed, images, classes, size)
                     for chunk in chunks
                 ]
                 for chunk, fut in zip(chunks, futures, strict=True):

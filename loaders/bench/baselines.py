@@ -74,6 +74,7 @@ def webdataset_loader(
     prefetch_factor: int,
     shuffle_buffer: int = 1000,
     same_decoder: bool = False,
+    scaled_decode: bool = True,
 ) -> Any:
     """The plain upstream pipeline: PIL decode + the classic transforms, or, with
     ``same_decoder``, wdstool's decode + augmentation on the raw bytes (uint8 batches)."""
@@ -83,7 +84,7 @@ def webdataset_loader(
         urls, nodesplitter=wds.split_by_node, shardshuffle=len(urls), empty_check=False
     ).shuffle(shuffle_buffer)
     if same_decoder:
-        transform: Any = _FastAugment(image_size)
+        transform: Any = _FastAugment(image_size, scaled_decode)
     else:
         ds = ds.decode("pil")
         transform = classic_train_transform(image_size)
@@ -99,8 +100,9 @@ def webdataset_loader(
 class _FastAugment:
     """wdstool's decode + RandomResizedCrop + flip on raw bytes (picklable for workers)."""
 
-    def __init__(self, image_size: int) -> None:
+    def __init__(self, image_size: int, scaled: bool = True) -> None:
         self.image_size = image_size
+        self.scaled = scaled
         self.rng: random.Random | None = None
 
     def __call__(self, data: bytes) -> torch.Tensor:
@@ -108,14 +110,14 @@ class _FastAugment:
 
         if self.rng is None:
             self.rng = random.Random()
-        return train_sample(data, self.image_size, self.rng)  # as the loader decodes
+        return train_sample(data, self.image_size, self.rng, scaled=self.scaled)  # as the loader
 
 
 def _ceiling_worker(
-    args: tuple[list[bytes], int, bool, bool, bool, int, Any],
+    args: tuple[list[bytes], int, bool, bool, bool, bool, bool, int, Any],
 ) -> tuple[int, float]:
-    images, size, as_float, partial, channels_last, seed, barrier = args
-    from loaders.augment import normalize, train_sample
+    images, size, as_float, partial, channels_last, train, scaled, seed, barrier = args
+    from loaders.augment import eval_sample, normalize, train_sample
 
     torch.set_num_threads(1)  # as in a DataLoader worker: one thread per process
     rng = random.Random(seed)
@@ -125,7 +127,10 @@ def _ceiling_worker(
     barrier.wait()
     t = time.perf_counter()
     for data in images:
-        out = train_sample(data, size, rng, slot, partial=partial)
+        if train:
+            out = train_sample(data, size, rng, slot, partial=partial, scaled=scaled)
+        else:
+            out = eval_sample(data, size, slot, partial=partial, scaled=scaled)
         if as_float:
             normalize(out)
     return len(images), time.perf_counter() - t
@@ -141,12 +146,15 @@ def ceiling(
     storage_options: dict | None = None,
     partial: bool | None = None,
     channels_last: bool = False,
+    train: bool = True,
+    scaled_decode: bool = True,
 ) -> dict[str, float]:
     """Decode + augment the dataset's images in ``processes`` processes at once (images are read
     into memory first, untimed). Returns samples/s = total samples / slowest process time.
     ``partial``: decode only the crop of JPEGs (default: as the loader does, see
     ``decode.PARTIAL_DECODE``); False: whole images, as before the partial decoder.
-    ``channels_last``: resize into a slot laid out as the loader's ``channels_last`` batches."""
+    ``channels_last``: resize into a slot laid out as the loader's ``channels_last`` batches.
+    ``train``/``scaled_decode``: as ``make_loader``'s (False: the eval transform / exact)."""
     from wdstool.format.decode import PARTIAL_DECODE
 
     partial = PARTIAL_DECODE if partial is None else partial
@@ -168,7 +176,18 @@ def ceiling(
     barrier = ctx.Manager().Barrier(n)
     as_float = output == "float"
     parts = [
-        (images[i::n], image_size, as_float, partial, channels_last, i, barrier) for i in range(n)
+        (
+            images[i::n],
+            image_size,
+            as_float,
+            partial,
+            channels_last,
+            train,
+            scaled_decode,
+            i,
+            barrier,
+        )
+        for i in range(n)
     ]
     with ctx.Pool(n) as pool:
         results = pool.map(_ceiling_worker, parts)

@@ -5,6 +5,7 @@ from __future__ import annotations
 # every pipeline stream-bench runs, in the order tables and plots show them
 PIPELINES = [
     "wdstool",
+    "wdstool-exact",
     "wdstool-plain",
     "wdstool-threads",
     "webdataset-fast",
@@ -58,6 +59,12 @@ def render_text(report: dict) -> list[str]:
     if report.get("decoder") == "whole":
         lines.append(
             "decoder: whole images (wdstool/format/_jpegcrop not built or WDSTOOL_PARTIAL_DECODE=0)"
+        )
+    elif "scaled_decode" in report:
+        lines.append(
+            "decoder: partial JPEG decode, "
+            + ("scaled for large regions" if report["scaled_decode"] else "exact (full scale)")
+            + f"; whole images: {report.get('whole_decoder', '?')}"
         )
     rec = report.get("recommendation") or {}
     if rec:

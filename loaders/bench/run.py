@@ -25,7 +25,7 @@ from loaders.bench.tokenize import Tokenize
 from loaders.make import make_loader
 from loaders.source import Source, resolve_source
 from wdstool.base.errors import ConfigError, WdsToolError
-from wdstool.format.decode import PARTIAL_DECODE
+from wdstool.format.decode import PARTIAL_DECODE, whole_decoder
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,6 +61,9 @@ class BenchConfig:
     worker_mode: str = "process"
     threads: bool = False  # also run the loader with worker_mode="thread" ("wdstool-threads")
     epoch_size: int | None = None
+    train: bool = True  # False: the eval transform (resize + centre crop)
+    scaled_decode: bool = True  # make_loader(scaled_decode=...): large JPEG regions scaled
+    exact: bool = False  # also run the loader with scaled_decode=False ("wdstool-exact")
 
     def __post_init__(self) -> None:
         if self.batch_size < 1 or self.repeats < 1 or self.epochs < 1 or self.warmup < 0:
@@ -71,6 +74,13 @@ class BenchConfig:
             raise ConfigError(f"--batches must be >= 1, got {self.batches}")
         if self.step_ms < 0:
             raise ConfigError(f"--step-ms must be >= 0, got {self.step_ms}")
+        if not self.train and (self.imagefolder or self.webdataset or self.webdataset_fast):
+            raise ConfigError(
+                "--eval: the imagefolder and webdataset baselines run the train augmentation; "
+                "compare the eval path with --compare exact"
+            )
+        if self.exact and not self.scaled_decode:
+            raise ConfigError("--compare exact with --exact-decode would compare a run with itself")
         if self.tokenize is not None and self.tokenize not in dict(self.fields):
             raise ConfigError(
                 f"--tokenize {self.tokenize}: request that field too (--field {self.tokenize}=txt)"
@@ -176,7 +186,12 @@ def run_stream_bench(
         for _repeat in range(cfg.repeats):
             for w in cfg.workers:
 
-                def ours(w: int = w, plain: bool = False, mode: str = cfg.worker_mode) -> Any:
+                def ours(
+                    w: int = w,
+                    plain: bool = False,
+                    mode: str = cfg.worker_mode,
+                    exact: bool = False,
+                ) -> Any:
                     mixture = [Source(u, weight=wt) for u, wt in cfg.sources]
                     return make_loader(
                         cfg.source if plain or not mixture else mixture,
@@ -191,6 +206,8 @@ def run_stream_bench(
                         prefetch_factor=cfg.prefetch_factor,
                         output=cfg.output,
                         channels_last=cfg.channels_last,
+                        train=cfg.train,
+                        scaled_decode=cfg.scaled_decode and not exact,
                         rank=cfg.rank,
                         world_size=cfg.world_size,
                         shuffle_buffer=cfg.shuffle_buffer,
@@ -202,6 +219,8 @@ def run_stream_bench(
                     )
 
                 run("wdstool", ours, w, _dict_len)
+                if cfg.exact:
+                    run("wdstool-exact", lambda w=w: ours(w, exact=True), w, _dict_len)
                 if cfg.plain:
                     run("wdstool-plain", lambda w=w: ours(w, plain=True), w, _dict_len)
                 if cfg.threads:
@@ -234,6 +253,7 @@ def run_stream_bench(
                                 image_size=cfg.image_size,
                                 prefetch_factor=cfg.prefetch_factor,
                                 same_decoder=same,
+                                scaled_decode=cfg.scaled_decode,
                             ),
                             w,
                             _tuple_len,
@@ -248,6 +268,8 @@ def run_stream_bench(
                     "max_samples": limit,
                     "storage_options": cfg.storage_options,
                     "channels_last": cfg.channels_last,
+                    "train": cfg.train,
+                    "scaled_decode": cfg.scaled_decode,
                 }
                 ceilings[w] = ceiling(index, **kw)
                 if PARTIAL_DECODE:  # and what decoding whole images allows, as before
@@ -350,6 +372,8 @@ def _report(
         "ceiling": {str(w): c for w, c in ceilings.items()},
         # train JPEGs: only the crop decoded (wdstool/format/_jpegcrop.c), or whole images
         "decoder": "partial" if PARTIAL_DECODE else "whole",
+        "whole_decoder": whole_decoder(),  # torchvision, torchcodec or pil
+        "scaled_decode": cfg.scaled_decode and PARTIAL_DECODE,
         "recommendation": recommend(runs) if len(set(cfg.workers)) > 1 else {},
         "interrupted": interrupted,
     }

@@ -91,14 +91,15 @@ def test_any_rectangle_has_the_whole_decode_pixels(kind: str, w: int, h: int, da
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_train_augmentation_is_unchanged(kind: str) -> None:
     """decode_train with partial decode == the whole-image path, into a batch slot, flipped or
-    not, over many RandomResizedCrop draws on photo-sized images."""
+    not, over many RandomResizedCrop draws on photo-sized images (scaled=False: large crops
+    keep the exact pixels; tests/loaders/test_scaled_decode.py covers the scaled ones)."""
     jpeg = _jpeg(331, 247, kind, seed=7)
     whole = decode_rgb(jpeg)
     rng = random.Random(kind)
     for _ in range(25):
         params = train_params(*header_size(jpeg)[::-1], rng)
         slot = torch.empty((3, 64, 64), dtype=torch.uint8)
-        got = decode_train(jpeg, 64, params, slot, partial=True)
+        got = decode_train(jpeg, 64, params, slot, partial=True, scaled=False)
         assert got.data_ptr() == slot.data_ptr()
         assert torch.equal(got, apply_train(whole, 64, params))
 
@@ -132,9 +133,11 @@ def test_a_truncated_file_is_rejected_wherever_the_crop_lies(cut_at: float) -> N
 
 
 @needs_ext
-def test_corrupt_entropy_data_gets_the_whole_decoders_verdict() -> None:
+@pytest.mark.parametrize("scaled", [False, True], ids=["exact", "scaled"])
+def test_corrupt_entropy_data_gets_the_whole_decoders_verdict(scaled: bool) -> None:
     """Garbage inside the scan: libjpeg warns or fails; either way the whole-image decoder
-    decides (same pixels or same error), never a made-up partial result."""
+    decides (same pixels or same error), never a made-up partial result. Also for a crop
+    decoded at 1/2 scale (90 > 2 x 32): the same verdicts."""
     full = _jpeg(120, 120, "420", seed=3)
     rng = random.Random(3)
     verdicts = set()
@@ -148,10 +151,11 @@ def test_corrupt_entropy_data_gets_the_whole_decoders_verdict() -> None:
         except SampleError:
             verdicts.add("rejected")
             with pytest.raises(SampleError):
-                decode_train(data, 32, params)
+                decode_train(data, 32, params, scaled=scaled)
             continue
         verdicts.add("decoded")
-        assert torch.equal(decode_train(data, 32, params), expected)
+        got = decode_train(data, 32, params, scaled=scaled)
+        assert scaled or torch.equal(got, expected)
     assert verdicts == {"rejected", "decoded"}
 
 
@@ -248,6 +252,6 @@ def test_train_sample_draws_and_pixels_match_the_whole_path() -> None:
     for data in (_jpeg(150, 110, "420", seed=4), _jpeg(150, 110, "progressive"), png.getvalue()):
         a, b = random.Random(9), random.Random(9)
         for _ in range(10):
-            got = train_sample(data, 48, a, partial=True)
+            got = train_sample(data, 48, a, partial=True, scaled=False)
             assert torch.equal(got, train_augment(decode_rgb(data), 48, b))
         assert a.random() == b.random()  # the same number of draws

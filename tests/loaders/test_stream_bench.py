@@ -136,7 +136,7 @@ def test_baselines_read_the_same_samples(uneven_dataset: Path) -> None:
 
 def test_bad_compare_is_one_line_error(uneven_dataset: Path) -> None:
     r = run_cli("stream-bench", str(uneven_dataset), "--compare", "litdata", check=False)
-    assert r.returncode != 0 and "imagefolder=PATH, webdataset or webdataset-fast" in r.stderr
+    assert r.returncode != 0 and "imagefolder=PATH, webdataset, webdataset-fast" in r.stderr
 
 
 def test_ctrl_c_prints_what_was_measured(uneven_dataset: Path, tmp_path: Path) -> None:
@@ -197,3 +197,37 @@ def test_ctrl_c_prints_what_was_measured(uneven_dataset: Path, tmp_path: Path) -
     report = json.loads(out.read_text())
     assert report["interrupted"] is True and len(report["runs"]) == 1
     assert report["runs"][0]["interrupted"] and report["runs"][0]["batches"] > 10
+
+
+def test_compare_exact_eval_and_exact_decode(tmp_path: Path) -> None:
+    """--compare exact runs the loader with the scaled decode off, interleaved (a ratio per
+    pair); --eval measures the eval transform; --exact-decode switches the scaled decode off;
+    --eval with a train-only baseline, or exact against exact, is a one-line error."""
+    from shard_writer.pack import PackOptions, pack
+    from shard_writer.sample_data import generate_sample_data
+
+    generate_sample_data(tmp_path / "src", images=8, classes=2, workers=1, size=(300, 260))
+    pack(str(tmp_path / "src"), str(tmp_path / "shards"), PackOptions(workers=1))
+    common = ["--workers", "0", "--batch-size", "4", "--image-size", "32", "--repeats", "2", "-q"]
+    for extra in ([], ["--eval"]):
+        out = tmp_path / f"bench{len(extra)}.json"
+        r = run_cli(
+            "stream-bench", str(tmp_path / "shards"), "--compare", "exact", "--json", str(out),
+            *common, *extra,
+        )  # fmt: skip
+        report = json.loads(out.read_text())
+        assert [x["name"] for x in report["runs"]] == ["wdstool", "wdstool-exact"] * 2
+        assert report["ratios"]["wdstool/wdstool-exact"]["pairs"] == 2
+        assert report["config"]["train"] is not bool(extra) and report["config"]["exact"]
+        assert "wdstool/wdstool-exact" in r.stdout
+        from wdstool.format.decode import PARTIAL_DECODE
+
+        if PARTIAL_DECODE:
+            assert report["scaled_decode"] and "scaled for large regions" in r.stdout
+    out = tmp_path / "exact.json"
+    run_cli("stream-bench", str(tmp_path / "shards"), "--exact-decode", "--json", str(out), *common)
+    assert json.loads(out.read_text())["scaled_decode"] is False
+    for bad in (["--eval", "--compare", "webdataset"], ["--exact-decode", "--compare", "exact"]):
+        proc = run_cli("stream-bench", str(tmp_path / "shards"), *common, *bad, check=False)
+        assert proc.returncode != 0 and proc.stderr.startswith("Error:"), proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1

@@ -65,3 +65,26 @@ def test_cli(tmp_path: Path) -> None:
         "sample-data", str(tmp_path / "e"), "--images", "2", "--classes", "5", check=False
     )
     assert bad.returncode != 0 and "--classes" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_size_option(tmp_path: Path) -> None:
+    """--size WxH: images about that size (each side within the default's +-11% spread), same
+    seed same bytes; a malformed size is a one-line error."""
+    r = run_cli(
+        "sample-data", str(tmp_path / "big"), "--images", "3", "--classes", "1", "--size", "800x600"
+    )
+    assert "wrote 3 images" in r.stdout
+    for p in (tmp_path / "big").rglob("*.jpg"):
+        with Image.open(p) as img:
+            assert 800 * 400 / 450 <= img.width <= 800 * 500 / 450 + 1
+            assert 600 * 340 / 380 <= img.height <= 600 * 420 / 380 + 1
+    generate_sample_data(tmp_path / "again", images=3, classes=1, workers=1, size=(800, 600))
+    generate_sample_data(tmp_path / "default", images=3, classes=1, workers=1)
+    assert digests(tmp_path / "big") == digests(tmp_path / "again")
+    assert digests(tmp_path / "big").keys() == digests(tmp_path / "default").keys()
+    assert all(digests(tmp_path / "big")[k] != v for k, v in digests(tmp_path / "default").items())
+    for bad in ("10x10", "1600", "wide"):
+        proc = run_cli("sample-data", str(tmp_path / "x"), "--size", bad, check=False)
+        assert proc.returncode != 0 and "--size" in proc.stderr and "Traceback" not in proc.stderr
+    with pytest.raises(ConfigError, match="--size"):
+        generate_sample_data(tmp_path / "y", images=1, classes=1, size=(8, 8))

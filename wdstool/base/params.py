@@ -83,3 +83,20 @@ class WorkerList(click.ParamType):
 
 
 WORKER_LIST = WorkerList()
+
+
+class Dimensions(click.ParamType):
+    """'1600x1200': an image's width and height in pixels."""
+
+    name = "WxH"
+
+    def convert(self, value, param, ctx):  # type: ignore[override]
+        if isinstance(value, tuple):
+            return value
+        m = re.fullmatch(r"\s*([0-9]+)\s*[xX]\s*([0-9]+)\s*", str(value))
+        if not m or min(int(m.group(1)), int(m.group(2))) < 16:
+            self.fail(f"{value!r} is not WIDTHxHEIGHT with both >= 16 (e.g. 1600x1200)", param, ctx)
+        return int(m.group(1)), int(m.group(2))
+
+
+DIMENSIONS = Dimensions()

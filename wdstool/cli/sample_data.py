@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from wdstool.base.params import format_size
+from wdstool.base.params import DIMENSIONS, format_size
 from wdstool.cli.common import progress_enabled
 
 
@@ -28,6 +28,14 @@ from wdstool.cli.common import progress_enabled
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Same seed, same bytes.")
 @click.option(
+    "--size",
+    type=DIMENSIONS,
+    default="450x380",
+    show_default=True,
+    help="Nominal WIDTHxHEIGHT of the images (each side varies by about +-11%), e.g. 1600x1200 "
+    "for large-image benchmarks.",
+)
+@click.option(
     "--workers",
     type=click.IntRange(min=1),
     default=None,
@@ -35,13 +43,20 @@ from wdstool.cli.common import progress_enabled
 )
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar, no summary.")
 def sample_data_cmd(
-    dest: str, images: int, classes: int, seed: int, workers: int | None, quiet: bool
+    dest: str,
+    images: int,
+    classes: int,
+    seed: int,
+    size: tuple[int, int],
+    workers: int | None,
+    quiet: bool,
 ) -> None:
     """Write a realistic ImageFolder tree of JPEGs to DEST.
 
     Images are cut from the real photographs that ship inside scikit-image, scikit-learn and
     matplotlib (no network), randomly cropped, rotated, flipped, colour-jittered and noised:
-    about 450x380 px, JPEG quality 90, ~100 KB each, an ImageNet-like decode cost.
+    about 450x380 px (or --size), JPEG quality 90, ~100 KB each at the default size, an
+    ImageNet-like decode cost.
     """
     from shard_writer.sample_data import generate_sample_data
 
@@ -51,6 +66,7 @@ def sample_data_cmd(
         classes=classes,
         seed=seed,
         workers=workers,
+        size=size,
         progress=progress_enabled(quiet),
     )
     if not quiet:

@@ -32,6 +32,18 @@ from wdstool.cli.common import progress_enabled, storage_options_from_cli
     "models take them.",
 )
 @click.option(
+    "--eval",
+    "eval_",
+    is_flag=True,
+    help="Measure the eval transform (resize shorter side + centre crop, make_loader(train=False)).",
+)
+@click.option(
+    "--exact-decode",
+    is_flag=True,
+    help="make_loader(scaled_decode=False): decode large JPEG regions at full scale (exact "
+    "pixels) instead of at 1/2, 1/4 or 1/8.",
+)
+@click.option(
     "--batches",
     type=click.IntRange(min=1),
     default=None,
@@ -101,12 +113,13 @@ from wdstool.cli.common import progress_enabled, storage_options_from_cli
 @click.option(
     "--compare",
     multiple=True,
-    metavar="imagefolder=PATH|webdataset|webdataset-fast|plain|threads",
+    metavar="imagefolder=PATH|webdataset|webdataset-fast|plain|threads|exact",
     help="Baselines run interleaved with the loader: torchvision ImageFolder + PIL on "
     "the source images; a plain upstream webdataset pipeline (PIL) on the same shards; "
     "webdataset-fast: that pipeline given wdstool's decoder and augmentation; plain: this "
     "loader reading image + .cls only (the cost of --label/--field/--tokenize); threads: this "
-    "loader with --worker-mode thread.",
+    "loader with --worker-mode thread; exact: this loader with the scaled decode off (what it "
+    "gains on large images).",
 )
 @click.option(
     "--worker-mode",
@@ -157,6 +170,8 @@ def stream_bench_cmd(
     image_size: int,
     output: str,
     channels_last: bool,
+    eval_: bool,
+    exact_decode: bool,
     batches: int | None,
     epochs: int,
     warmup: int,
@@ -191,12 +206,15 @@ def stream_bench_cmd(
     from loaders.bench.run import BenchConfig, run_stream_bench
     from wdstool.base.errors import ConfigError
 
-    imagefolder, webdataset, webdataset_fast, plain, threads = None, False, False, False, False
+    imagefolder, webdataset, webdataset_fast = None, False, False
+    plain = threads = exact = False
     for item in compare:
         if item == "plain":
             plain = True
         elif item == "threads":
             threads = True
+        elif item == "exact":
+            exact = True
         elif item == "webdataset":
             webdataset = True
         elif item == "webdataset-fast":
@@ -205,7 +223,8 @@ def stream_bench_cmd(
             imagefolder = item.split("=", 1)[1]
         else:
             raise ConfigError(
-                f"--compare {item!r}: use imagefolder=PATH, webdataset or webdataset-fast (or plain)"
+                f"--compare {item!r}: use imagefolder=PATH, webdataset, webdataset-fast, plain or "
+                "exact"
             )
     pairs = []
     for item in fields:
@@ -245,6 +264,9 @@ def stream_bench_cmd(
         worker_mode=worker_mode,
         sources=tuple(weighted),
         epoch_size=epoch_size,
+        train=not eval_,
+        scaled_decode=not exact_decode,
+        exact=exact,
         imagefolder=imagefolder,
         webdataset=webdataset,
         webdataset_fast=webdataset_fast,

@@ -7,9 +7,13 @@
  * that (torchvision, PIL, simplejpeg and PyTurboJPEG decode whole images: pytorch/vision#7774),
  * so this module calls it, as DALI's CPU decoder does.
  *
- * decode_crop(data, left, top, width, height, out) -> bool
+ * decode_crop(data, left, top, width, height, out, scale_denom=1) -> bool
  *   data: the JPEG bytes (any contiguous buffer); out: a writable contiguous buffer of exactly
  *   height*width*3 bytes, filled with the RGB pixels (HWC) of the rectangle.
+ *   scale_denom 2, 4 or 8 decodes at 1/2, 1/4 or 1/8 scale in the DCT domain (libjpeg's
+ *   scaled IDCT: the 1/2 and 1/4 paths have SIMD, 1/8 keeps only the DC coefficient): the
+ *   rectangle is then in the coordinates of the scaled image, whose size is the full size
+ *   divided by scale_denom, rounded up; the pixels are those of a whole scaled decode there.
  *   Returns True when done, False when this decoder should not be trusted with the image
  *   (CMYK/YCCK colour, libjpeg warned about corrupt data, or a stray marker in the bytes
  *   below the rectangle): the caller decodes it whole.
@@ -18,8 +22,11 @@
  * The pixels are those of a whole-image decode with libjpeg's defaults (islow IDCT, fancy
  * upsampling): the rectangle is decoded with MARGIN extra pixels on every side (clamped to
  * the image), so the edge handling of a partial decode (chroma upsampling at the edge of the
- * decoded band) never reaches a pixel that is returned. The tests compare against
- * torchvision.io.decode_jpeg for every chroma subsampling, progressive and restart-marker files.
+ * decoded band) never reaches a pixel that is returned. Skipping and cropping work in output
+ * coordinates (after jpeg_start_decompress), so with a scale the margin is MARGIN pixels of
+ * the scaled image. The tests compare against torchvision.io.decode_jpeg for every chroma
+ * subsampling, progressive and restart-marker files, and scaled rectangles against a whole
+ * scaled decode (this module with no crop, and PIL's Image.draft).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -72,7 +79,8 @@ static int stray_marker(j_decompress_ptr cinfo) {
 }
 
 static int decode(const unsigned char *data, size_t size, JDIMENSION left, JDIMENSION top,
-                  JDIMENSION width, JDIMENSION height, unsigned char *out, struct guard *g) {
+                  JDIMENSION width, JDIMENSION height, unsigned int denom, unsigned char *out,
+                  struct guard *g) {
   struct jpeg_decompress_struct cinfo;
   /* volatile: read after a longjmp */
   unsigned char *volatile row = NULL;
@@ -98,6 +106,8 @@ static int decode(const unsigned char *data, size_t size, JDIMENSION left, JDIME
     return UNSUPPORTED;
   }
   cinfo.out_color_space = JCS_RGB;
+  cinfo.scale_num = 1;
+  cinfo.scale_denom = denom;
   jpeg_start_decompress(&cinfo);
   if (left + width > cinfo.output_width || top + height > cinfo.output_height) {
     snprintf(g->message, sizeof(g->message), "crop %ux%u+%u+%u outside the %ux%u image",
@@ -140,12 +150,18 @@ static int decode(const unsigned char *data, size_t size, JDIMENSION left, JDIME
 
 static PyObject *decode_crop(PyObject *self, PyObject *args) {
   Py_buffer data, out;
-  unsigned int left, top, width, height;
+  unsigned int left, top, width, height, denom = 1;
   struct guard g;
   int status;
   (void)self;
-  if (!PyArg_ParseTuple(args, "y*IIIIw*", &data, &left, &top, &width, &height, &out))
+  if (!PyArg_ParseTuple(args, "y*IIIIw*|I", &data, &left, &top, &width, &height, &out, &denom))
     return NULL;
+  if (denom != 1 && denom != 2 && denom != 4 && denom != 8) {
+    PyErr_Format(PyExc_ValueError, "scale_denom must be 1, 2, 4 or 8, got %u", denom);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&out);
+    return NULL;
+  }
   if (width == 0 || height == 0 || (size_t)out.len != (size_t)width * height * 3) {
     PyErr_Format(PyExc_ValueError, "out holds %zd bytes, a %ux%u RGB crop needs %zu", out.len,
                  width, height, (size_t)width * height * 3);
@@ -155,7 +171,7 @@ static PyObject *decode_crop(PyObject *self, PyObject *args) {
   }
   Py_BEGIN_ALLOW_THREADS
   status = decode((const unsigned char *)data.buf, (size_t)data.len, left, top, width, height,
-                  (unsigned char *)out.buf, &g);
+                  denom, (unsigned char *)out.buf, &g);
   Py_END_ALLOW_THREADS
   PyBuffer_Release(&data);
   PyBuffer_Release(&out);
@@ -168,8 +184,9 @@ static PyObject *decode_crop(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"decode_crop", decode_crop, METH_VARARGS,
-     "decode_crop(data, left, top, width, height, out) -> bool: decode one rectangle of a JPEG "
-     "as RGB (HWC) into out; False: decode this image whole instead."},
+     "decode_crop(data, left, top, width, height, out, scale_denom=1) -> bool: decode one "
+     "rectangle of a JPEG (of the image scaled by 1/scale_denom) as RGB (HWC) into out; False: "
+     "decode this image whole instead."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {

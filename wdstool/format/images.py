@@ -104,3 +104,36 @@ def end_problem(data: bytes, fmt: str) -> str | None:
     if fmt == "PNG" and data.rfind(b"IEND", 8) == -1:
         return "truncated PNG: no IEND chunk"
     return None
+
+
+def jpeg_exif_orientation(data: bytes) -> tuple[int, int] | None:
+    """(offset in ``data`` of the value, value) of the EXIF orientation tag of a JPEG, read as
+    TorchCodec reads it (IFD0 of the first APP1 segment, after its 6-byte ``Exif\\0\\0``
+    header); None where there is none. TorchCodec's decoders apply this orientation, the
+    other decoders here do not: :mod:`wdstool.format.decode` neutralizes it before calling
+    TorchCodec, so every decoder gives the stored pixel layout the header's size describes."""
+    pos = next((p for marker, p in _jpeg_segments(data) if marker == 0xE1), None)
+    if pos is None:
+        return None
+    end = min(len(data), pos + 2 + int.from_bytes(data[pos + 2 : pos + 4], "big"))
+    tiff = pos + 4 + 6
+    order = data[tiff : tiff + 2]
+    if order not in (b"II", b"MM") or end - tiff < 8:
+        return None
+    big = "big" if order == b"MM" else "little"
+
+    def u16(at: int) -> int | None:
+        return int.from_bytes(data[at : at + 2], big) if at + 2 <= end else None
+
+    if u16(tiff + 2) != 0x2A:
+        return None
+    ifd = tiff + int.from_bytes(data[tiff + 4 : tiff + 8], big)
+    for i in range(u16(ifd) or 0):
+        entry = ifd + 2 + 12 * i
+        tag = u16(entry)
+        if tag is None:
+            return None
+        if tag == 0x0112:
+            value = u16(entry + 8)
+            return None if value is None else (entry + 8, value)
+    return None
