@@ -37,6 +37,15 @@ def jpeg_bytes(seed: int, size: tuple[int, int] = (64, 48), quality: int = 85) -
     return out.getvalue()
 
 
+def noise_image(width: int, height: int, seed: int, sigma: float = 30.0) -> Image.Image:
+    """Grey Gaussian noise around 128, as ``Image.effect_noise`` makes, but seeded: the same
+    image every run (effect_noise draws from an unseeded generator)."""
+    import numpy as np
+
+    pixels = np.random.default_rng(seed).normal(128.0, sigma, size=(height, width))
+    return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8), "L").convert("RGB")
+
+
 def png_bytes(seed: int, size: tuple[int, int] = (40, 30)) -> bytes:
     rng = random.Random(seed)
     img = Image.new("RGBA", size, (rng.randrange(256), 0, rng.randrange(256), 128))

@@ -9,7 +9,7 @@ import pytest
 import webdataset as wds
 
 from shard_writer.pack import PackOptions, pack
-from tests.conftest import make_tree
+from tests.conftest import make_tree, noise_image
 
 
 def shard_keys(dest: Path) -> list[list[str]]:
@@ -45,7 +45,7 @@ def learnable_dataset(tmp_path_factory) -> Path:
     for cls, rgb in colours.items():
         (src / cls).mkdir(parents=True)
         for i in range(40):
-            img = Image.effect_noise((48, 40), 30).convert("RGB")
+            img = noise_image(48, 40, seed=n)
             img = Image.blend(img, Image.new("RGB", img.size, rgb), 0.7)
             buf = io.BytesIO()
             img.save(buf, "JPEG", quality=90)

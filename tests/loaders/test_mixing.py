@@ -12,7 +12,7 @@ import torch
 
 from loaders import Source, make_loader
 from shard_writer.pack import PackOptions, pack
-from tests.conftest import REPO
+from tests.conftest import REPO, noise_image
 from tests.loaders.conftest import shard_keys
 from wdstool.base.errors import ConfigError
 
@@ -241,7 +241,7 @@ def prime_val(tmp_path_factory) -> Path:
     for n, (cls, rgb) in zip((7, 8, 8), colours.items(), strict=True):
         (root / "src" / cls).mkdir(parents=True)
         for i in range(n):
-            img = Image.effect_noise((48, 40), 30).convert("RGB")
+            img = noise_image(48, 40, seed=1000 * len(cls) + 10 * sum(rgb) + i)
             img = Image.blend(img, Image.new("RGB", img.size, rgb), 0.7)
             buf = io.BytesIO()
             img.save(buf, "JPEG", quality=90)

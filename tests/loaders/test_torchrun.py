@@ -84,13 +84,13 @@ def test_train_ddp_two_epochs(nproc: int, learnable_dataset: Path, tmp_path: Pat
         assert len(covered) - len(all_keys) <= nproc - 1
     orders = [[k for r in reports for k in r["epochs"][e]["keys"]] for e in range(2)]
     assert orders[0] != orders[1]
-    # mean loss over each epoch's full batches (the final partial batch is noisy under BatchNorm)
-    means = [
-        sum(x for r in reports for x in r["epochs"][e]["losses"][:-1])
-        / sum(len(r["epochs"][e]["losses"][:-1]) for r in reports)
-        for e in range(2)
-    ]
-    assert means[1] < means[0], means
+    # it learns: the second epoch's mean loss over full batches (the final partial batch is noisy
+    # under BatchNorm) is well below the first steps' (chance level, ln 3 = 1.1, for 3 classes).
+    # Not "below the first epoch's mean": the colours are learnt within epoch 0, after which
+    # the mean of two epochs depends on the noise of the images (it did flip with their seed).
+    first = [r["epochs"][0]["losses"][0] for r in reports]
+    second = [x for r in reports for x in r["epochs"][1]["losses"][:-1]]
+    assert sum(second) / len(second) < 0.6 * min(first), (first, second)
     assert "mean loss" in proc.stdout and "data-wait" in proc.stdout
 
 
