@@ -160,8 +160,11 @@ def measure(
     warmup: int = 0,
     step_ms: float = 0.0,
     on_batch: Callable[[int], None] | None = None,
+    pss: bool = False,
 ) -> RunResult:
     """Run one pass and measure it. Batches before ``warmup`` (after the first) are not timed.
+    ``pss``: also sample the process tree's PSS every 2 s (each sample walks the page tables of
+    every process: ~20-40 ms of kernel time here, which slows the pass it measures a little).
 
     Throughput counts samples after the warm-up; time to first batch is reported apart.
     A KeyboardInterrupt ends the pass early; the result says so and keeps what was measured.
@@ -174,6 +177,7 @@ def measure(
     start = None
     pids: list[int] = []
     it: Iterator[Any] = iter(())
+    sampler: PssSampler | None = None
     try:
         iterable = make_iterable()  # Ctrl-C while the loader starts: an interrupted, empty run
         it = iter(iterable)
@@ -191,7 +195,7 @@ def measure(
             if on_batch:
                 on_batch(1)
         cpu_start = _cpu([os.getpid(), *pids])
-        sampler = PssSampler([os.getpid(), *pids]).start()
+        sampler = PssSampler([os.getpid(), *pids], every=2.0).start() if pss else None
         start = time.perf_counter()
         while max_batches is None or done < max_batches:
             t = time.perf_counter()
@@ -211,8 +215,9 @@ def measure(
         result.interrupted = True
     end = time.perf_counter()
     if start is not None:
-        sampler.stop()
-        if sampler.peak is not None:
+        if sampler is not None:
+            sampler.stop()
+        if sampler is not None and sampler.peak is not None:
             result.peak_pss_mb, result.peak_pss_anon_mb = sampler.peak
     elapsed = end - start if start is not None else 0.0
     result.samples, result.batches, result.seconds = samples, len(waits), elapsed

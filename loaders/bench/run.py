@@ -64,6 +64,7 @@ class BenchConfig:
     train: bool = True  # False: the eval transform (resize + centre crop)
     scaled_decode: bool = True  # make_loader(scaled_decode=...): large JPEG regions scaled
     exact: bool = False  # also run the loader with scaled_decode=False ("wdstool-exact")
+    memory: bool = False  # sample the process tree's PSS (costs the pass a little throughput)
 
     def __post_init__(self) -> None:
         if self.batch_size < 1 or self.repeats < 1 or self.epochs < 1 or self.warmup < 0:
@@ -175,6 +176,7 @@ def run_stream_bench(
             warmup=cfg.warmup,
             step_ms=cfg.step_ms,
             on_batch=on_batch,
+            pss=cfg.memory,
         )
         runs.append(result)
         if on_run:

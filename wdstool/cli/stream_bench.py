@@ -122,6 +122,13 @@ from wdstool.cli.common import progress_enabled, storage_options_from_cli
     "gains on large images).",
 )
 @click.option(
+    "--memory",
+    is_flag=True,
+    help="Also report the peak PSS of the loader's whole process tree (main + workers), "
+    "sampled every 2 s; each sample walks every process's page tables, which costs the run a "
+    "little throughput, so take speed figures without it.",
+)
+@click.option(
     "--worker-mode",
     type=click.Choice(["process", "thread"]),
     default="process",
@@ -185,6 +192,7 @@ def stream_bench_cmd(
     tokenize: str | None,
     compare: tuple[str, ...],
     worker_mode: str,
+    memory: bool,
     with_ceiling: bool,
     repeats: int,
     cache_dir: str | None,
@@ -262,6 +270,7 @@ def stream_bench_cmd(
         plain=plain,
         threads=threads,
         worker_mode=worker_mode,
+        memory=memory,
         sources=tuple(weighted),
         epoch_size=epoch_size,
         train=not eval_,
