@@ -20,7 +20,7 @@ from loaders.augment import eval_sample, normalize_into, train_params, train_sam
 from loaders.plan import (
     WorkerPlan,
 )
-from loaders.pool import BufferPool, Pooled, new_batch
+from loaders.pool import PACK_LIMIT, BufferPool, Packed, Pooled, new_batch
 from loaders.read import Located
 from loaders.schema import FieldBatcher, SampleSchema
 from wdstool.base.errors import SampleError, ShardError, WdsToolError
@@ -325,5 +325,14 @@ class _BatchMeta:
         if self.valid is not None:
             batch["valid"] = self.valid
         batch.update(FieldBatcher.collate(self.rows, self.assembler._field_names))
+        if self.assembler.shared:  # in a worker process: small tensors cross by value
+            for name, value in batch.items():
+                if (
+                    name != "pixel_values"
+                    and isinstance(value, torch.Tensor)
+                    and value.device.type == "cpu"
+                    and value.nbytes <= PACK_LIMIT
+                ):
+                    batch[name] = Packed(value)
         if self.assembler.replaced_from:
             batch["replaced_from"] = dict(self.assembler.replaced_from)

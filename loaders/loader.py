@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 
 from loaders.config import LoaderConfig
 from loaders.dataset import ShardStreamDataset
-from loaders.pool import Pooled
+from loaders.pool import Packed, Pooled
 from loaders.state import restore_state, save_state
 from loaders.topology import Topology, check_topology
 from wdstool.base.errors import ShardError
@@ -105,6 +105,7 @@ class StreamingLoader:
         self.replaced_from = {}
         expected = self.dataset.remaining_batches()
         budget = self._budget()
+        pin = self.pin_memory or bool(getattr(self.dataloader, "pin_memory", False))
         for batch in self.dataloader:
             replaced = int(batch.pop("num_replaced", 0))
             self.num_replaced += replaced
@@ -133,6 +134,10 @@ class StreamingLoader:
                     self.dataset._pool_flags[slot] = 1
                     self.buffers_returned += 1
                     slot = -1
+            for name, value in batch.items():
+                if isinstance(value, Packed):
+                    t = value.tensor()
+                    batch[name] = t.pin_memory() if pin else t
             self._recycle(slot, batch.get("pixel_values"))
             self.batches_delivered += 1
             yield batch

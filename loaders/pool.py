@@ -91,6 +91,26 @@ class Pooled:
         return self.resolve().pin_memory()
 
 
+class Packed:
+    """A small tensor crossing from a DataLoader worker as a numpy array (pickled by value).
+
+    torch sends a tensor between processes by moving its storage to shared memory and passing
+    a file descriptor over a socket, with a handshake: for a batch's tokenized captions
+    (64 x 32 int64, 16 KB) that cost ~5% of the loader's throughput here, against ~0 for a
+    copy of the bytes. :meth:`StreamingLoader.__iter__` turns it back into a tensor."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.array = tensor.numpy()
+
+    def tensor(self) -> torch.Tensor:
+        return torch.from_numpy(self.array)
+
+
+PACK_LIMIT = 1 << 20  # tensors up to this many bytes cross as Packed
+
+
 class BufferPool:
     """Shared-memory batch buffers a DataLoader worker reuses once the main process is done.
 

@@ -4,8 +4,8 @@
 decides which tar members a worker reads at all (the image, the label's member, the requested
 fields' members; everything else is skipped unread) and turns a sample's members into its label
 and field values (:mod:`wdstool.format.fields` says how each spec reads its member). A field's
-``fields_fn`` runs in the workers; tensor values it returns are stacked into batch tensors,
-others delivered as lists aligned with ``pixel_values``.
+``fields_fn`` runs in the workers; tensor (or numpy array) values it returns are stacked into
+batch tensors, others delivered as lists aligned with ``pixel_values``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from wdstool.base.errors import ConfigError
@@ -111,9 +112,9 @@ class SampleSchema:
 
 
 class FieldBatcher:
-    """Collects one batch's field values and hands them over as batch entries: tensors stacked
-    (every sample's tensor of a name must have one shape and dtype, checked per sample so a
-    mismatch is that sample's error), everything else as a list."""
+    """Collects one batch's field values and hands them over as batch entries: tensors and numpy
+    arrays stacked into a tensor (every sample's value of a name must have one shape and dtype,
+    checked per sample so a mismatch is that sample's error), everything else as a list."""
 
     def __init__(self) -> None:
         self._shapes: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
@@ -121,7 +122,7 @@ class FieldBatcher:
     def check(self, values: Mapping[str, Any]) -> None:
         """FieldError if a tensor value's shape or dtype differs from earlier samples'."""
         for name, v in values.items():
-            if not isinstance(v, torch.Tensor):
+            if not isinstance(v, torch.Tensor | np.ndarray):
                 continue
             got = (tuple(v.shape), v.dtype)
             want = self._shapes.setdefault(name, got)
@@ -143,6 +144,8 @@ class FieldBatcher:
             column = [r.get(name) for r in rows]
             if all(isinstance(v, torch.Tensor) for v in column):
                 out[name] = torch.stack(column)
+            elif all(isinstance(v, np.ndarray) for v in column):
+                out[name] = torch.from_numpy(np.stack(column))
             else:
                 out[name] = column
         return out

@@ -173,7 +173,7 @@ def test_fields_fn_tensors_are_stacked(img2dataset_shards) -> None:
         assert "caption" not in b  # fields_fn's dict is what the batch carries
         for i, key in enumerate(b["keys"]):
             want = tok({"caption": written[key]["caption"]})["caption_ids"]
-            assert torch.equal(ids[i], want)
+            assert torch.equal(ids[i], torch.from_numpy(want))
             assert b["url"][i] == written[key]["meta"]["url"]
 
 
