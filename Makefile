@@ -38,7 +38,9 @@ test: $(STAMP)
 
 # 10,000 sample images, generated and packed once (bench/data/ is git-ignored), then one full
 # epoch per run: the loader against ImageFolder+PIL and upstream webdataset, interleaved and
-# repeated, plus the decode+augment ceiling; results land in bench/results/.
+# repeated, plus the decode+augment ceiling; then worker processes against decode threads
+# (worker_mode="thread") at 1, 2 and 4 workers with the process tree's peak PSS; results land
+# in bench/results/.
 bench: $(STAMP)
 	test -d $(BENCH_DATA)/images || $(PY) -m wdstool sample-data $(BENCH_DATA)/images --images $(BENCH_IMAGES) --classes 100 --seed 0
 	test -f $(BENCH_DATA)/shards/index.json || $(PY) -m wdstool pack $(BENCH_DATA)/images $(BENCH_DATA)/shards --max-count 1000
@@ -48,6 +50,9 @@ bench: $(STAMP)
 		--compare webdataset-fast \
 		--ceiling --json bench/results/stream-bench.json --plot bench/results/stream-bench.png \
 		| tee bench/results/stream-bench.txt
+	$(PY) -m wdstool stream-bench $(BENCH_DATA)/shards --workers 1,2,4 --batch-size 64 \
+		--repeats $(BENCH_REPEATS) --compare threads --memory \
+		--json bench/results/stream-bench-threads.json | tee bench/results/stream-bench-threads.txt
 
 # the loader with captions tokenized in the workers (fields_fn) against image + label only,
 # interleaved in one run: the same 10,000 images packed from a caption listing
