@@ -39,7 +39,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--prefetch-factor", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--sample-every", type=float, default=0.1, help="memory sampling period, s")
+    # 2 s, as stream-bench --memory: reading smaps_rollup walks a process's page tables
+    # (tens of ms each here), and sampling every 0.1 s cost each pipeline 10-13% of its rate
+    p.add_argument("--sample-every", type=float, default=2.0, help="memory sampling period, s")
     return p.parse_args(argv)
 
 
@@ -137,7 +139,7 @@ class MemoryMonitor:
     """Samples RSS summed over this process and all its descendants (and PSS, from
     /proc/PID/smaps_rollup where readable) every ``period`` seconds; keeps the peaks."""
 
-    def __init__(self, period: float = 0.1) -> None:
+    def __init__(self, period: float = 2.0) -> None:
         import psutil  # noqa: F401  (fails here, before the run, where it is missing)
 
         self.period = period

@@ -224,7 +224,7 @@ def markdown(report: dict[str, Any]) -> str:
     out += [
         "",
         "samples/s: after the first batch; epoch: from building the pipeline to the last "
-        "batch (imports excluded); peak RSS/PSS: sampled every 0.1 s, summed over the run's "
+        "batch (imports excluded); peak RSS/PSS: sampled every 2 s, summed over the run's "
         "process tree (RSS counts pages shared between processes once per process, PSS "
         "splits them). Ratios > 1: wdstool faster.",
         "",
