@@ -7,6 +7,7 @@ import tarfile
 
 import pytest
 
+from tests.counting import CountingReader
 from tests.dali_idx import Component, check_index_against_tar, parse_dali_index
 from wdstool.base.errors import ShardError
 from wdstool.format.dali_index import dali_index, dali_index_name, split_name
@@ -35,28 +36,6 @@ def sample_members(n: int = 4) -> list[tuple[str, bytes]]:
             (f"k{i:03d}.json", b'{"i": %d}' % i),
         ]
     return out
-
-
-class CountingFile(io.RawIOBase):
-    """A seekable file that counts the bytes actually read (seeks are free)."""
-
-    def __init__(self, data: bytes) -> None:
-        self._b = io.BytesIO(data)
-        self.bytes_read = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def readinto(self, b) -> int:
-        n = self._b.readinto(b)
-        self.bytes_read += n
-        return n
-
-    def seek(self, pos: int, whence: int = 0) -> int:
-        return self._b.seek(pos, whence)
 
 
 class Pipe(io.RawIOBase):
@@ -94,7 +73,7 @@ def test_members_match_tarfile_offsets_with_long_names_and_pax(fmt) -> None:
 def test_members_read_only_headers_from_a_seekable_file() -> None:
     members = sample_members(5)
     data = tar_of(members)
-    f = CountingFile(data)
+    f = CountingReader(data)
     got = scan(data, io.BufferedReader(f, buffer_size=512))
     assert len(got) == len(members)
     # one header per member and the end-of-archive block; not one byte of member data

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import jpeg_bytes
+from tests.counting import CountingReader
 from wdstool.base.errors import ShardError
 from wdstool.format.tar_read import TarSampleReader, count_samples
 
@@ -37,31 +38,6 @@ def simple(n: int = 6) -> list[tuple[str, dict[str, bytes]]]:
         (f"s{i:03d}", {"jpg": jpeg_bytes(i), "cls": b"%d" % (i % 3), "json": b"{}"})
         for i in range(n)
     ]
-
-
-class CountingReader(io.RawIOBase):
-    """A seekable file that counts the bytes actually read."""
-
-    def __init__(self, data: bytes) -> None:
-        self._b = io.BytesIO(data)
-        self.bytes_read = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def readinto(self, b) -> int:
-        n = self._b.readinto(b)
-        self.bytes_read += n
-        return n
-
-    def seek(self, pos: int, whence: int = 0) -> int:
-        return self._b.seek(pos, whence)
-
-    def tell(self) -> int:
-        return self._b.tell()
 
 
 class Pipe(io.RawIOBase):
