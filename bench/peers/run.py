@@ -111,14 +111,9 @@ def warm_page_cache(data: Path) -> int:
 
 
 def machine() -> dict[str, Any]:
-    model = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(
-                (ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), model
-            )
-    except OSError:
-        pass
+    from loaders.bench.run import cpu_model
+
+    model = cpu_model()
     versions = {}
     for name in PACKAGES:
         try:

@@ -88,12 +88,8 @@ class BenchConfig:
             )
 
 
-def machine_info() -> dict[str, Any]:
-    import PIL
-    import torch
-    import torchvision
-    import webdataset
-
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what platform knows."""
     model = platform.processor()
     try:
         with open("/proc/cpuinfo") as f:
@@ -102,6 +98,16 @@ def machine_info() -> dict[str, Any]:
             )
     except OSError:
         pass
+    return model
+
+
+def machine_info() -> dict[str, Any]:
+    import PIL
+    import torch
+    import torchvision
+    import webdataset
+
+    model = cpu_model()
     return {
         "cores": len(os.sched_getaffinity(0))
         if hasattr(os, "sched_getaffinity")
