@@ -21,6 +21,7 @@ from PIL import Image
 
 import wdstool.format.decode as decode
 from tests.conftest import REPO, make_tree
+from tests.mutate import mutate
 from wdstool.base.errors import SampleError
 from wdstool.format.images import jpeg_exif_orientation
 
@@ -144,15 +145,7 @@ def _mutated(i: int, rng: random.Random) -> bytes:
     else:
         opts = {"progressive": True} if kind == "progressive" else {}
         data = bytearray(_encode(img, subsampling=0 if kind == "444" else 2, **opts))
-    for _ in range(rng.randint(1, 4)):
-        at = rng.randrange(2, len(data) - 2)
-        op = rng.random()
-        if op < 0.5:
-            data[at] = rng.randrange(256)
-        elif op < 0.7:
-            del data[at : at + rng.randint(1, 20)]
-        else:
-            data[at:at] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
+    mutate(data, rng)
     return bytes(data)
 
 
@@ -172,15 +165,7 @@ def _short_of_data() -> bytes:
             data = bytearray(_encode(img, progressive=True))
         else:
             data = bytearray(_encode(img, subsampling=0 if kind == "444" else 2))
-        for _ in range(rng.randint(1, 4)):
-            at = rng.randrange(2, len(data) - 2)
-            op = rng.random()
-            if op < 0.5:
-                data[at] = rng.randrange(256)
-            elif op < 0.7:
-                del data[at : at + rng.randint(1, 20)]
-            else:
-                data[at:at] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
+        mutate(data, rng)
     return bytes(data)
 
 

@@ -18,6 +18,7 @@ from PIL import Image
 
 import wdstool.format.decode as decode
 from loaders.augment import apply_train, decode_train, train_augment, train_params, train_sample
+from tests.mutate import mutate
 from wdstool.base.errors import SampleError
 from wdstool.format.decode import decode_crop, decode_rgb, header_size
 
@@ -222,15 +223,7 @@ def test_mutated_files_never_get_a_different_verdict() -> None:
         kind = rng.choice(sorted(KINDS))
         w, h = rng.randint(8, 96), rng.randint(8, 96)
         data = bytearray(_jpeg(w, h, kind, seed=i))
-        for _ in range(rng.randint(1, 4)):
-            at = rng.randrange(2, len(data) - 2)
-            op = rng.random()
-            if op < 0.5:
-                data[at] = rng.randrange(256)
-            elif op < 0.7:
-                del data[at : at + rng.randint(1, 20)]
-            else:
-                data[at:at] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
+        mutate(data, rng)
         top, left = rng.randrange(h), rng.randrange(w)
         ch, cw = rng.randint(1, h - top), rng.randint(1, w - left)
         crop = decode_crop(bytes(data), top, left, ch, cw)
