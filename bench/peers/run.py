@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -111,24 +110,15 @@ def warm_page_cache(data: Path) -> int:
 
 
 def machine() -> dict[str, Any]:
-    from loaders.bench.run import cpu_model
+    from loaders.bench.run import host_info
 
-    model = cpu_model()
     versions = {}
     for name in PACKAGES:
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             versions[name] = None
-    return {
-        "cores": len(os.sched_getaffinity(0))
-        if hasattr(os, "sched_getaffinity")
-        else os.cpu_count(),
-        "cpu_model": model,
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "versions": versions,
-    }
+    return {**host_info(), "versions": versions}
 
 
 def _median(values: list[float]) -> float | None:

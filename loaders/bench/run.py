@@ -88,8 +88,8 @@ class BenchConfig:
             )
 
 
-def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo), else what platform knows."""
+def host_info() -> dict[str, Any]:
+    """The machine a benchmark ran on: cores this process may use, CPU model, OS, Python."""
     model = platform.processor()
     try:
         with open("/proc/cpuinfo") as f:
@@ -98,7 +98,14 @@ def cpu_model() -> str:
             )
     except OSError:
         pass
-    return model
+    return {
+        "cores": len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else os.cpu_count(),
+        "cpu_model": model,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
 
 
 def machine_info() -> dict[str, Any]:
@@ -107,14 +114,8 @@ def machine_info() -> dict[str, Any]:
     import torchvision
     import webdataset
 
-    model = cpu_model()
     return {
-        "cores": len(os.sched_getaffinity(0))
-        if hasattr(os, "sched_getaffinity")
-        else os.cpu_count(),
-        "cpu_model": model,
-        "platform": platform.platform(),
-        "python": platform.python_version(),
+        **host_info(),
         "torch": torch.__version__,
         "torchvision": torchvision.__version__,
         "pillow": PIL.__version__,
