@@ -1,8 +1,9 @@
 """Decode + augment a worker's samples straight into preallocated batch tensors.
 
-:class:`BatchAssembler` takes the samples ``loaders.read.worker_stream`` yields and forms the
-batches the plan sized, inside the DataLoader worker (so the DataLoader runs with
-``batch_size=None``). Under ``on_error="skip"`` a bad sample is replaced, counts stay exact.
+:class:`BatchAssembler` takes the samples ``loaders.read.worker_stream`` yields, runs the
+recipe (``loaders.recipe``) on each and forms the batches the plan sized, inside the DataLoader
+worker (so the DataLoader runs with ``batch_size=None``). Under ``on_error="skip"`` a bad sample
+is replaced, counts stay exact.
 """
 
 from __future__ import annotations
@@ -10,36 +11,42 @@ from __future__ import annotations
 import itertools
 import logging
 import random
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
-from loaders.augment import eval_sample, normalize_into, train_params, train_sample
-from loaders.plan import (
-    WorkerPlan,
-)
+from loaders.augment import normalize, normalize_into
+from loaders.plan import WorkerPlan
 from loaders.pool import PACK_LIMIT, BufferPool, Packed, Pooled, new_batch
 from loaders.read import Located
+from loaders.recipe import Recipe, Seeder, Where, check_output, to_row
 from loaders.schema import FieldBatcher, SampleSchema
 from wdstool.base.errors import SampleError, ShardError, WdsToolError
-from wdstool.format.decode import decode_rgb, header_size
 from wdstool.format.fields import FieldError
 from wdstool.format.images import IMAGE_ORDER
 from wdstool.format.mapped import materialized
 
 log = logging.getLogger(__name__)
-# (image or (bytes, augmentation draws), label or None, key, fields or None, source, valid)
-Decoded = tuple[Any, int | None, str, dict[str, Any] | None, int, bool]
+
+
+class Decoded(NamedTuple):
+    """One sample as the assembler batches it."""
+
+    image: Any  # the recipe's tensor; output="encoded": (bytes, Geometry)
+    label: int | None
+    key: str
+    fields: dict[str, Any] | None
+    source: int
+    valid: bool  # False for padding (uneven="mask") and replacements
 
 
 @dataclass(frozen=True, kw_only=True)
 class DecodeSpec:
-    image_size: int
-    train: bool
+    recipe: Recipe
     output: str  # "uint8" | "float" | "encoded"
-    transform: Callable[[torch.Tensor], torch.Tensor] | None = None
+    where: Where = Where.WORKER  # who runs the recipe's random ops (their seeding)
     on_error: str = "raise"  # "raise" | "skip"
     channels_last: bool = False  # batches in [B,S,S,3] memory (torch.channels_last strides)
     scaled_decode: bool = True  # JPEG regions > 2x the output decoded at reduced scale
@@ -54,6 +61,10 @@ def _image_part(loc: Located) -> tuple[bytes, str]:
         if ext in parts:
             return materialized(parts[ext]), ext  # type: ignore[return-value]
     raise SampleError(f"{loc.url}: sample {loc.sample.key!r} has no image member")
+
+
+def _fmt(shape: tuple[Any, ...]) -> str:
+    return f"{str(shape[0]).replace('torch.', '')} {list(shape[1:])}"
 
 
 def _next_sample(it: Iterator[Any], plan: WorkerPlan) -> Any:
@@ -83,6 +94,8 @@ class BatchAssembler:
         self.replaced = 0
         self.bytes_read = 0
         self.replaced_from: dict[str, int] = {}  # shard URL -> samples replaced, this batch
+        self._seeder = Seeder(spec.where, spec.recipe.opaque)
+        self._shape: tuple[Any, ...] | None = None  # what every output must be, once known
         self._fields = FieldBatcher()
         self._labelled = any(s.label is not None for s in spec.schemas)
         self._fielded = any(s.fields or s.fields_fn is not None for s in spec.schemas)
@@ -117,37 +130,58 @@ class BatchAssembler:
         return (-1 if label is None and self._labelled else label), values
 
     def _prepare(self, loc: Located) -> Decoded:
-        """output="encoded": the image bytes, checked up to the header, with their augmentation
-        draws (the same as ``_decode``'s), for a device-side decoder."""
+        """output="encoded": the image bytes, checked up to the header, with the recipe's
+        geometry for them (the draws ``_decode`` makes), for a device-side decoder."""
         label, values = self._meta(loc)
         data, _ext = _image_part(loc)
         key = loc.sample.key  # type: ignore[union-attr]
-        width, height = header_size(data, where=f"{loc.url}: sample {key!r}")
-        params = train_params(height, width, self._rng(loc)) if self.spec.train else None
-        return (data, params), label, key, values, loc.source, not loc.pad
+        geometry = self.spec.recipe.draw(data, self._rng(loc), where=f"{loc.url}: sample {key!r}")
+        return Decoded((data, geometry), label, key, values, loc.source, not loc.pad)
 
     def _decode(self, loc: Located) -> Decoded:
         if self.spec.output == "encoded":
             return self._prepare(loc)
         label, values = self._meta(loc)
         key = loc.sample.key  # type: ignore[union-attr]
+        where = f"{loc.url}: sample {key!r}"
         try:
-            data, ext = _image_part(loc)
-            where = f"{loc.url}: sample {key!r}"
-            size, scaled = self.spec.image_size, self.spec.scaled_decode
-            if self.spec.transform is not None:
-                img = self.spec.transform(decode_rgb(data, ext, where=where))
-            elif self.spec.train:
-                # a JPEG's crop is drawn from its header, so only the crop is decoded
-                rng = self._rng(loc)
-                img = train_sample(data, size, rng, self._dest, scaled=scaled, where=where)
-            else:
-                img = eval_sample(data, size, self._dest, scaled=scaled, where=where)
+            data, _ext = _image_part(loc)
+            img = self.spec.recipe(
+                data,
+                self._rng(loc),
+                self._seeder,
+                self._dest,
+                scaled=self.spec.scaled_decode,
+                where=where,
+            )
         except WdsToolError:
             raise
-        except Exception as exc:  # a user transform or a decoder bug: name the sample
-            raise SampleError(f"{loc.url}: sample {key!r}: {type(exc).__name__}: {exc}") from exc
-        return img, label, key, values, loc.source, not loc.pad
+        except Exception as exc:  # a transform or a decoder bug: name the sample
+            raise SampleError(f"{where}: {type(exc).__name__}: {exc}") from exc
+        if img is not self._dest:
+            self._check(img, where)
+        return Decoded(img, label, key, values, loc.source, not loc.pad)
+
+    def _check(self, img: Any, where: str) -> None:
+        """A transform's output: a [3,H,W] tensor of the dtype ``output`` allows (ConfigError
+        otherwise), of the shape and dtype every other sample has (SampleError otherwise)."""
+        if isinstance(img, torch.Tensor) and (img.dtype, *img.shape) == self._shape:
+            return
+        check_output(img, where, torch.uint8 if self.spec.output == "uint8" else None)
+        size = self.spec.recipe.size
+        first = self._shape
+        if first is None and size is not None:
+            first = (self.spec.recipe.dtype, 3, *size)
+        got = (img.dtype, *img.shape)
+        if first is None:
+            self._shape = got
+        elif got != first:
+            raise SampleError(
+                f"{where}: the transform returned {_fmt(got)} where the other samples are "
+                f"{_fmt(first)}; a batch needs one size and dtype"
+            )
+        else:
+            self._shape = got
 
     def decoded(self, samples: Iterable[Located]) -> Iterator[Decoded]:
         """One (image, label, key, fields, source, valid) per input sample. Under
@@ -172,11 +206,11 @@ class BatchAssembler:
                 if last_good is None:
                     pending += 1
                     continue
-                out = (*self._decode(last_good)[:5], False)
+                out = self._decode(last_good)._replace(valid=False)
             yield out
             while pending:
                 pending -= 1
-                yield (*self._decode(last_good)[:5], False)  # type: ignore[arg-type]
+                yield self._decode(last_good)._replace(valid=False)  # type: ignore[union-attr]
         if pending:
             raise SampleError(f"all {pending} samples of this worker's share are bad")
 
@@ -195,43 +229,8 @@ class BatchAssembler:
             return
         for n in sizes:
             before, bytes_before = self.replaced, self.bytes_read
-            pixels: torch.Tensor | None = None
-            slot = -1
-            as_float = self.spec.output == "float" and self.spec.transform is None
-            size, cl = self.spec.image_size, self.spec.channels_last
-            if self.spec.transform is None:
-                if as_float:  # uint8 scratch, never shared: the float batch leaves the worker
-                    if self._scratch is None or self._scratch.shape[0] != n:
-                        self._scratch = new_batch(n, size, False, torch.uint8, cl)
-                    pixels = self._scratch
-                elif self.pool is not None and (n == batch_size or self.pool.shared is not None):
-                    pixels, slot = self.pool.get(n, size, torch.uint8, cl)
-                else:
-                    pixels = new_batch(n, size, self.shared, torch.uint8, cl)
-            meta = _BatchMeta(n, self)
+            batch, slot, meta = self._assemble(it, plan, n, n == batch_size)
             labels = meta.labels
-            outputs: list[torch.Tensor] = []
-            for i in range(n):
-                # train augmentation resizes straight into the slot (no copy of the result)
-                self._dest = None if pixels is None else pixels[i]
-                got = _next_sample(it, plan)
-                self._dest = None
-                img = got[0]
-                if pixels is None:
-                    outputs.append(img)
-                elif img.data_ptr() != pixels[i].data_ptr():
-                    pixels[i].copy_(img)
-                meta.add(i, got)
-            batch = torch.stack(outputs) if pixels is None else pixels
-            if pixels is None and cl and batch.dim() == 4:  # a user transform's images
-                batch = batch.contiguous(memory_format=torch.channels_last)
-            if as_float:
-                assert pixels is not None
-                if self.pool is not None and (n == batch_size or self.pool.shared is not None):
-                    out, slot = self.pool.get(n, size, torch.float32, cl)
-                else:
-                    out = new_batch(n, size, self.shared, torch.float32, cl)
-                batch = normalize_into(pixels, out)
             shared = self.pool.shared if self.pool is not None else None
             pooled = shared is not None and slot >= 0
             if pooled:  # stays in the pool: send its coordinates
@@ -249,22 +248,70 @@ class BatchAssembler:
             )
             yield out_batch
 
+    def _buffer(self, n: int, full: bool, dtype: torch.dtype) -> tuple[torch.Tensor, int]:
+        """A batch buffer of the recipe's size: a pool slot where there is one (slot >= 0)."""
+        size, cl = self.spec.recipe.size, self.spec.channels_last
+        assert size is not None
+        if self.pool is not None and (full or self.pool.shared is not None):
+            return self.pool.get(n, size, dtype, cl)
+        return new_batch(n, size, self.shared, dtype, cl), -1
+
+    def _assemble(
+        self, it: Iterator[Decoded], plan: WorkerPlan, n: int, full: bool
+    ) -> tuple[torch.Tensor, int, _BatchMeta]:
+        """The next ``n`` samples' pixels as one batch tensor, its pool slot (or -1) and the
+        rest of what they carry.
+
+        Where the recipe's output size is known the head writes each sample straight into the
+        batch buffer (a uint8 scratch when the batch is float: normalized into the buffer at
+        the end); a tail's result is copied in. Otherwise the outputs are stacked."""
+        recipe, output = self.spec.recipe, self.spec.output
+        meta = _BatchMeta(n, self)
+        final = work = None
+        slot = -1
+        if recipe.size is not None:
+            final, slot = self._buffer(n, full, torch.float32 if output == "float" else torch.uint8)
+            work = final
+            if final.dtype != torch.uint8:  # the head's uint8 pixels go to a scratch
+                if self._scratch is None or self._scratch.shape[0] != n:
+                    cl = self.spec.channels_last
+                    self._scratch = new_batch(n, recipe.size, False, torch.uint8, cl)
+                work = self._scratch
+        outputs: list[torch.Tensor] = []
+        for i in range(n):
+            self._dest = None if work is None else work[i]  # the head resizes into it
+            got = _next_sample(it, plan)
+            self._dest = None
+            img = got.image
+            if final is None or work is None:
+                outputs.append(img)
+            elif img.data_ptr() != work[i].data_ptr():
+                (work if img.dtype == torch.uint8 else final)[i].copy_(img)
+            meta.add(i, got)
+        if final is None:
+            batch = torch.stack(outputs)
+            if self.spec.channels_last:  # an opaque transform's images
+                batch = batch.contiguous(memory_format=torch.channels_last)
+            if output == "float" and batch.dtype == torch.uint8:
+                batch = normalize(batch)
+            return batch, -1, meta
+        if work is not final and recipe.dtype == torch.uint8:
+            normalize_into(work, final)
+        return final, slot, meta
+
     def _encoded_batches(
         self, it: Iterator[Decoded], sizes: list[int], plan: WorkerPlan
     ) -> Iterator[dict[str, Any]]:
         for n in sizes:
             before, bytes_before = self.replaced, self.bytes_read
             datas: list[bytes] = []
-            crops = torch.zeros((n, 4), dtype=torch.int32)
-            flips = torch.zeros(n, dtype=torch.bool)
+            rows: list[list[int]] = []
             meta = _BatchMeta(n, self)
             for i in range(n):
                 got = _next_sample(it, plan)
-                data, params = got[0]
+                data, geometry = got.image
                 datas.append(data)
-                if params is not None:
-                    crops[i] = torch.tensor(params[:4], dtype=torch.int32)
-                    flips[i] = params[4]
+                rows.append(to_row(geometry))
                 meta.add(i, got)
             offsets = torch.tensor(
                 [0, *itertools.accumulate(len(d) for d in datas)], dtype=torch.int64
@@ -275,8 +322,7 @@ class BatchAssembler:
                 if joined
                 else torch.empty(0, dtype=torch.uint8),
                 "offsets": offsets,
-                "crops": crops,
-                "flips": flips,
+                "geometry": torch.tensor(rows, dtype=torch.int64).reshape(n, -1),
             }
             meta.into(out, meta.labels)
             out.update(

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from loaders.plan import Uneven
+from loaders.recipe import as_size
 from wdstool.base.errors import ConfigError
 
 
@@ -28,7 +29,7 @@ class OnError(StrEnum):
 @dataclass(frozen=True, kw_only=True)
 class LoaderConfig:
     batch_size: int = 64
-    image_size: int = 224
+    image_size: int | tuple[int, int] | None = None  # None: 224, or the transform's own
     train: bool = True
     shuffle: bool = True
     shuffle_buffer: int = 2000
@@ -59,8 +60,10 @@ class LoaderConfig:
                 raise ConfigError(f"{name}={value!r} is not one of {choices}") from None
         if self.batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.image_size < 8:
-            raise ConfigError(f"image_size must be >= 8, got {self.image_size}")
+        if self.image_size is not None:
+            size = as_size(self.image_size)
+            if min(size) < 8:
+                raise ConfigError(f"image_size must be >= 8, got {self.image_size}")
         if self.shuffle_buffer < 0:
             raise ConfigError(f"shuffle_buffer must be >= 0, got {self.shuffle_buffer}")
         if self.num_workers < 0:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import multiprocessing as mp
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,7 @@ from loaders.plan import (
 )
 from loaders.pool import BufferPool, SharedPool
 from loaders.read import SourceReader, shard_reader, worker_stream
+from loaders.recipe import Recipe, Where, build_recipe
 from loaders.schema import SampleSchema
 from loaders.source import DatasetIndex, ShardAccess
 from loaders.topology import Topology
@@ -87,14 +88,18 @@ class ShardStreamDataset(IterableDataset):
         config: LoaderConfig,
         topology: Topology,
         *,
-        transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        recipe: Recipe | None = None,
         epoch_size: int | None = None,
         with_source: bool = False,
     ) -> None:
+        """``recipe``: what turns each image into the batch's pixels (default: the built-in
+        train or eval recipe of ``config``)."""
         self.sources = tuple(sources)
         self.config = config
         self.topology = topology
-        self.transform = transform
+        if recipe is None:
+            recipe = build_recipe(None, train=config.train, image_size=config.image_size)
+        self.recipe = recipe
         self.with_source = with_source
         self.mixture = Mixture(
             tuple(MixSource(s.index.sizes, s.weight, s.key) for s in self.sources),
@@ -107,12 +112,12 @@ class ShardStreamDataset(IterableDataset):
         self._pools: dict[int, BufferPool] = {}
         # batch buffers the main process owns and the workers write (see SharedPool)
         self._shared_pool: SharedPool | None = None
-        if config.num_workers > 0 and transform is None and config.output != Output.ENCODED:
+        if config.num_workers > 0 and recipe.size is not None and config.output != Output.ENCODED:
             dtype = torch.float32 if config.output == Output.FLOAT else torch.uint8
             self._shared_pool = SharedPool(
                 config.num_workers * POOL_SLOTS,
                 config.batch_size,
-                config.image_size,
+                recipe.size,
                 dtype,
                 config.channels_last,
             )
@@ -237,12 +242,12 @@ class ShardStreamDataset(IterableDataset):
             shuffle_buffer=c.shuffle_buffer if c.shuffle else 0,
             batch_size=c.batch_size,
         )
+        in_worker = get_worker_info() is not None
         assembler = BatchAssembler(
             DecodeSpec(
-                image_size=c.image_size,
-                train=c.train,
+                recipe=self.recipe,
                 output=c.output.value,
-                transform=self.transform,
+                where=Where.WORKER if in_worker else Where.THREAD if pooled else Where.MAIN,
                 on_error=c.on_error.value,
                 channels_last=c.channels_last,
                 scaled_decode=c.scaled_decode,
@@ -251,7 +256,7 @@ class ShardStreamDataset(IterableDataset):
                 with_valid=c.uneven is Uneven.MASK,
             ),
             f"aug:{c.seed}:{self.epoch}",
-            shared=pooled and get_worker_info() is not None,
+            shared=pooled and in_worker,
             pool=self._worker_pool(plan_worker if slot is None else slot) if pooled else None,
         )
         yield from assembler.batches(samples, wplan, c.batch_size)

@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader
 from loaders.config import LoaderConfig
 from loaders.dataset import ShardStreamDataset
 from loaders.pool import Packed, Pooled
+from loaders.recipe import Recipe
 from loaders.state import restore_state, save_state
 from loaders.topology import Topology, check_topology
 from wdstool.base.errors import ShardError
@@ -96,6 +97,12 @@ class StreamingLoader:
     @property
     def topology(self) -> Topology:
         return self.dataset.topology
+
+    @property
+    def recipe(self) -> Recipe:
+        """What turns each image into the batch's pixels; ``str(loader.recipe)`` says in one
+        line what the decoder fuses and what runs in the workers."""
+        return self.dataset.recipe
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         if self._detected:

@@ -19,6 +19,8 @@ from loaders.config import LoaderConfig, WorkerMode
 from loaders.dataset import ShardStreamDataset
 from loaders.loader import StreamingLoader
 from loaders.mixing import SourceArg, loader_sources
+from loaders.recipe import build_recipe
+from loaders.recipe.fuse import op_name
 from loaders.schema import FieldsFn
 from loaders.source import ShardAccess
 from loaders.threads import ThreadedBatches
@@ -54,7 +56,7 @@ def make_loader(
     fields: Mapping[str, str] | None = None,
     fields_fn: FieldsFn | None = None,
     epoch_size: int | None = None,
-    image_size: int = 224,
+    image_size: int | tuple[int, int] | None = None,
     train: bool = True,
     shuffle: bool = True,
     shuffle_buffer: int = 2000,
@@ -146,12 +148,13 @@ def make_loader(
     )
     if prefetch_factor < 1:
         raise ConfigError(f"prefetch_factor must be >= 1, got {prefetch_factor}")
-    if transform is not None and not callable(transform):
-        raise ConfigError("transform must be a callable taking a uint8 [3,H,W] tensor")
-    if transform is not None and output == "encoded":
+    recipe = build_recipe(transform, train=train, image_size=image_size, output=output)
+    if output == "encoded" and (recipe.tail or not recipe.fused):
+        what = ", ".join(op_name(op) for op in recipe.tail)
         raise ConfigError(
-            "transform needs decoded pixels in the workers; output='encoded' leaves decoding "
-            "to loaders.DeviceDecoder (apply your transform after it)"
+            f"output='encoded' decodes on the device and takes a geometric pipeline only; "
+            f"{what} would need decoded pixels in the workers: apply it after "
+            "loaders.DeviceDecoder, or use output='uint8'"
         )
     access = ShardAccess(
         storage_options=storage_options,
@@ -172,7 +175,7 @@ def make_loader(
         sources,
         config,
         topology,
-        transform=transform,
+        recipe=recipe,
         epoch_size=epoch_size,
         with_source=with_source,
     )
@@ -193,16 +196,9 @@ def make_loader(
             multiprocessing_context=multiprocessing_context,
         )
     kwargs.update(batch_size=None, num_workers=workers, pin_memory=pin_memory)
-    if config.worker_mode is WorkerMode.THREAD and workers > 0:
-        loader = StreamingLoader(
-            dataset, ThreadedBatches(dataset, prefetch_factor), None, detected=rank is None
-        )
-        loader.pin_memory = pin_memory
-        return loader
-    dataloader = DataLoader(dataset, **kwargs)
     log.info(
         "loader: %d samples per epoch from %d shards of %d sources, rank %d/%d, %d workers, "
-        "%d batches of %d per epoch",
+        "%d batches of %d per epoch; %s",
         total,
         sum(len(s.index.urls) for s in sources),
         len(sources),
@@ -211,7 +207,15 @@ def make_loader(
         workers,
         len(dataset),
         batch_size,
+        recipe,
     )
+    if config.worker_mode is WorkerMode.THREAD and workers > 0:
+        loader = StreamingLoader(
+            dataset, ThreadedBatches(dataset, prefetch_factor), None, detected=rank is None
+        )
+        loader.pin_memory = pin_memory
+        return loader
+    dataloader = DataLoader(dataset, **kwargs)
     return StreamingLoader(dataset, dataloader, kwargs, detected=rank is None)
 
 

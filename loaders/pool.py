@@ -8,19 +8,26 @@ from typing import Any
 
 import torch
 
+Size = int | tuple[int, int]  # an int is square
+
+
+def _hw(size: Size) -> tuple[int, int]:
+    return (size, size) if isinstance(size, int) else size
+
 
 def new_batch(
     n: int,
-    size: int,
+    size: Size,
     shared: bool,
     dtype: torch.dtype = torch.uint8,
     channels_last: bool = False,
 ) -> torch.Tensor:
-    """A [n,3,size,size] tensor, allocated in shared memory inside DataLoader workers so that
-    handing it to the main process costs no extra copy; with ``channels_last`` its memory is
-    [n,size,size,3] (``torch.channels_last`` strides)."""
-    numel = n * 3 * size * size
-    shape = (n, size, size, 3) if channels_last else (n, 3, size, size)
+    """A [n,3,h,w] tensor (``size`` (h, w), or an int: square), allocated in shared memory
+    inside DataLoader workers so that handing it to the main process costs no extra copy; with
+    ``channels_last`` its memory is [n,h,w,3] (``torch.channels_last`` strides)."""
+    h, w = _hw(size)
+    numel = n * 3 * h * w
+    shape = (n, h, w, 3) if channels_last else (n, 3, h, w)
     batch = None
     if shared:
         try:
@@ -46,7 +53,7 @@ class SharedPool:
         self,
         slots: int,
         batch_size: int,
-        image_size: int,
+        image_size: Size,
         dtype: torch.dtype,
         channels_last: bool = False,
     ) -> None:
@@ -133,7 +140,7 @@ class BufferPool:
     def get(
         self,
         n: int,
-        image_size: int,
+        image_size: Size,
         dtype: torch.dtype = torch.uint8,
         channels_last: bool = False,
     ) -> tuple[torch.Tensor, int]:
@@ -152,7 +159,7 @@ class BufferPool:
                 self.buffers[slot] = buf
             elif (
                 self.flags[self.base + slot] != 1
-                or buf.shape != (n, 3, image_size, image_size)
+                or tuple(buf.shape) != (n, 3, *_hw(image_size))
                 or buf.dtype != dtype
             ):
                 continue

@@ -38,9 +38,11 @@ def test_with_a_user_transform(uneven_dataset: Path) -> None:
     def half(img: torch.Tensor) -> torch.Tensor:
         return img[:, :16, :16].float() / 2
 
-    batches = _epoch(uneven_dataset, num_workers=0, transform=half, channels_last=True)
+    batches = _epoch(
+        uneven_dataset, num_workers=0, transform=half, channels_last=True, output="float"
+    )
     assert all(b["pixel_values"].is_contiguous(memory_format=torch.channels_last) for b in batches)
-    plain = _epoch(uneven_dataset, num_workers=0, transform=half)
+    plain = _epoch(uneven_dataset, num_workers=0, transform=half, output="float")
     assert all(
         torch.equal(a["pixel_values"], b["pixel_values"])
         for a, b in zip(plain, batches, strict=True)

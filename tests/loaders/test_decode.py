@@ -109,12 +109,28 @@ def test_normalize_into_equals_normalize() -> None:
     assert torch.allclose(out, normalize(x))
 
 
-def test_direct_resize_kernel_equals_torchvision_resize() -> None:
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic", "nearest"])
+@pytest.mark.parametrize("flips", [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_resize_into_a_slot_equals_torchvision(
+    mode: str, flips: tuple, channels_last: bool
+) -> None:
+    """resize_into (the kernels called with out=, into a batch slot of either layout) gives
+    what F.resize + flips give, for every crop layout and size, square or not."""
     import torchvision.transforms.v2.functional as F
+    from torchvision.transforms.v2 import InterpolationMode
 
-    from loaders.augment import _resize_aa
+    from loaders.pool import new_batch
+    from loaders.recipe.geometry import Geometry
+    from loaders.recipe.render import resize_into
 
     gen = torch.Generator().manual_seed(0)
     img = torch.randint(0, 256, (3, 97, 131), dtype=torch.uint8, generator=gen)
-    for crop in (img, img[:, 5:80, 7:120], img[:, :, ::1][:, 1:, 2:]):
-        assert torch.equal(_resize_aa(crop, 32), F.resize(crop, [32, 32], antialias=True))
+    for size in ((32, 32), (24, 40)):
+        slot = new_batch(1, size, False, torch.uint8, channels_last)[0]
+        for crop in (img, img[:, 5:80, 7:120], img[:, 1:, 2:], img[:, 3 : 3 + size[0], : size[1]]):
+            g = Geometry((97, 131), 0, 0, 0, 0, size, mode, hflip=flips[0], vflip=flips[1])
+            want = F.resize(crop, list(size), interpolation=InterpolationMode(mode))
+            want = want.flip([d for d, on in ((-2, flips[1]), (-1, flips[0])) if on])
+            assert resize_into(crop, g, slot) is slot and torch.equal(slot, want)
+            assert torch.equal(resize_into(crop, g), want)

@@ -42,14 +42,14 @@ def test_encoded_then_decoded_on_cpu_equals_uint8_pixels(
     common = dict(image_size=24, train=train, num_workers=workers, seed=3, pin_memory=False)
     ref = _epoch(make_loader(mixed_dataset, 4, **common))
     enc = _epoch(make_loader(mixed_dataset, 4, output="encoded", **common))
-    decoder = DeviceDecoder(24, train=train, device="cpu", output="uint8")
+    decoder = DeviceDecoder(24, device="cpu", output="uint8")
     assert [b["keys"] for b in enc] == [b["keys"] for b in ref]
     for e, r in zip(enc, ref, strict=True):
         assert "pixel_values" not in e
         assert torch.equal(e["labels"], r["labels"])
         pixels = decoder(e)
         assert pixels.dtype == torch.uint8 and torch.equal(pixels, r["pixel_values"])
-        floats = DeviceDecoder(24, train=train, device="cpu")(e)
+        floats = DeviceDecoder(24, device="cpu")(e)
         assert torch.allclose(floats, normalize(r["pixel_values"]))
 
 
@@ -71,9 +71,15 @@ def test_encoded_batches_carry_the_stored_bytes(mixed_dataset: Path) -> None:
     assert seen == len(stored)  # one rank: no padding
 
 
-def test_encoded_rejects_a_transform(mixed_dataset: Path) -> None:
+def test_encoded_rejects_pixel_ops(mixed_dataset: Path) -> None:
+    """output="encoded" takes a geometric pipeline; ops on decoded pixels are refused by name."""
+    from torchvision.transforms import v2
+
     with pytest.raises(ConfigError, match="DeviceDecoder"):
         make_loader(mixed_dataset, 4, output="encoded", transform=lambda x: x)
+    recipe = v2.Compose([v2.RandomResizedCrop(16), v2.ColorJitter(0.4), v2.RandomErasing()])
+    with pytest.raises(ConfigError, match="ColorJitter, RandomErasing"):
+        make_loader(mixed_dataset, 4, output="encoded", transform=recipe)
 
 
 def test_encoded_checks_headers_in_the_workers(uneven_dataset: Path, tmp_path: Path) -> None:
@@ -97,7 +103,14 @@ def test_encoded_checks_headers_in_the_workers(uneven_dataset: Path, tmp_path: P
     with pytest.raises(ShardError, match=bad):
         list(strict)
     lenient = make_loader(
-        dest, 4, output="encoded", num_workers=2, shuffle=False, on_error="skip", pin_memory=False
+        dest,
+        4,
+        image_size=16,
+        output="encoded",
+        num_workers=2,
+        shuffle=False,
+        on_error="skip",
+        pin_memory=False,
     )
     batches = list(lenient)
     keys = [k for b in batches for k in b["keys"]]

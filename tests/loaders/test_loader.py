@@ -165,11 +165,18 @@ def test_custom_transform_replaces_augmentation(uneven_dataset: Path) -> None:
     def tf(img: torch.Tensor) -> torch.Tensor:
         return img[:, :8, :8].float() / 255
 
-    loader = make_loader(uneven_dataset, 4, num_workers=1, transform=tf, shuffle=False)
+    loader = make_loader(
+        uneven_dataset, 4, num_workers=1, transform=tf, shuffle=False, output="float"
+    )
     batch = next(iter(loader))
     assert (
         batch["pixel_values"].shape == (4, 3, 8, 8) and batch["pixel_values"].dtype == torch.float32
     )
+    # a float output where the batch is uint8: a one-line error naming the sample
+    with pytest.raises(
+        ConfigError, match=r"sample '.*': the transform returned float32 \[3, 8, 8\]"
+    ):
+        next(iter(make_loader(uneven_dataset, 4, num_workers=0, transform=tf)))
 
 
 def test_brace_pattern_without_manifest_matches_manifest(uneven_dataset: Path, caplog) -> None:

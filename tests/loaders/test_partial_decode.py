@@ -14,10 +14,12 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from PIL import Image
 
 import wdstool.format.decode as decode
 from loaders.augment import apply_train, decode_train, train_augment, train_params, train_sample
+from tests.jpegs import KINDS
+from tests.jpegs import jpeg as _jpeg
+from tests.jpegs import noise as _noise
 from tests.mutate import mutate
 from wdstool.base.errors import SampleError
 from wdstool.format.decode import decode_crop, decode_rgb, header_size
@@ -38,35 +40,6 @@ def test_the_partial_decoder_is_built_where_it_can_be() -> None:
         pytest.skip("no C compiler or headers here")
     assert decode._jpegcrop is not None
     assert decode.PARTIAL_DECODE or os.environ.get("WDSTOOL_PARTIAL_DECODE") == "0"
-
-
-def _noise(w: int, h: int, seed: int) -> Image.Image:
-    # sharp colour noise over a smooth gradient: chroma upsampling differs at every pixel, so a
-    # wrong edge rule or an off-by-one in the band shows
-    g = torch.Generator().manual_seed(seed)
-    base = torch.linspace(0, 255, w).expand(h, w)
-    noise = torch.randint(0, 256, (h, w, 3), generator=g)
-    arr = ((base.unsqueeze(-1) + noise) / 2).to(torch.uint8).numpy()
-    return Image.fromarray(arr, "RGB")
-
-
-KINDS = {
-    "420": {"subsampling": 2},
-    "422": {"subsampling": 1},
-    "444": {"subsampling": 0},
-    "progressive": {"progressive": True},
-    "restart-markers": {"restart_marker_blocks": 2},
-    "grey": {},
-}
-
-
-def _jpeg(w: int, h: int, kind: str, seed: int = 0, quality: int = 90) -> bytes:
-    img = _noise(w, h, seed)
-    if kind == "grey":
-        img = img.convert("L")
-    buf = io.BytesIO()
-    img.save(buf, "JPEG", quality=quality, **KINDS[kind])
-    return buf.getvalue()
 
 
 @needs_ext

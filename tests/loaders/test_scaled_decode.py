@@ -269,6 +269,6 @@ def test_make_loader_scaled_decode_option(large_dataset: Path, monkeypatch, trai
     assert psnr(torch.cat(scaled), torch.cat(exact)) > PSNR_FLOOR_DB
     for flag, want in ((True, scaled), (False, exact)):
         enc = make_loader(large_dataset, 4, output="encoded", scaled_decode=flag, **common)
-        decoder = DeviceDecoder(32, train=train, device="cpu", output="uint8", scaled_decode=flag)
+        decoder = DeviceDecoder(32, device="cpu", output="uint8", scaled_decode=flag)
         got = [decoder(b) for b in enc]
         assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))

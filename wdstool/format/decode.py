@@ -231,15 +231,16 @@ def decode_jpegs(datas: list[torch.Tensor], device: torch.device) -> list[torch.
 SCALES = (8, 4, 2)  # libjpeg-turbo's fast DCT-domain reductions (1/2 and 1/4 have SIMD)
 
 
-def scale_for(h: float, w: float, size: int) -> int:
+def scale_for(h: float, w: float, size: int | tuple[int, int]) -> int:
     """The reduction (8, 4, 2, or 1 = none) at which to decode an ``h`` x ``w`` region of a
-    JPEG that becomes ``size`` x ``size``: for a region more than twice the output on both
-    sides, the largest that keeps it at least ``size`` on both sides; 1 otherwise (so the
-    pixels of small crops are exactly those of a full-scale decode)."""
-    short = min(h, w)
-    if short <= 2 * size:
+    JPEG that becomes ``size`` (an int: square; or (height, width)): for a region more than
+    twice the output on both sides, the largest that keeps it at least the output on both
+    sides; 1 otherwise (so the pixels of small crops are exactly those of a full-scale
+    decode)."""
+    oh, ow = (size, size) if isinstance(size, int) else size
+    if h <= 2 * oh or w <= 2 * ow:
         return 1
-    return next((d for d in SCALES if short >= d * size), 1)
+    return next((d for d in SCALES if h >= d * oh and w >= d * ow), 1)
 
 
 def scaled_box(
