@@ -3,13 +3,16 @@
 - ``imagefolder``: torchvision ``ImageFolder`` + ``DataLoader(shuffle=True)``, PIL decode and the
   classic transforms (RandomResizedCrop, flip, ToTensor, Normalize): what most training scripts do.
 - ``webdataset``: a plain upstream pipeline on the same shards
-  (``WebDataset(..., nodesplitter=split_by_node).shuffle().decode("pil")...batched()`` + ``WebLoader``).
+  (``WebDataset(..., nodesplitter=split_by_node).shuffle().decode("pil")...batched()`` + ``WebLoader``);
+  with a recipe (``stream-bench --transform``), upstream webdataset as its users run one:
+  ``torchvision.io.decode_image`` on the raw bytes + the same v2 pipeline, uint8 batches.
 - ``webdataset-fast``: the same upstream pipeline given wdstool's decoder and augmentation
   (``decode_train`` on the raw bytes, the crop drawn from the header and only the crop decoded,
   as in the loader; uint8 out): what is left of the difference is the pipeline itself (tar
   parsing, batching, inter-process copies).
-- ``ceiling``: the same decode + augmentation as the loader over the same samples, in as many
-  processes as workers, with no loader, no IPC and no batching: what this machine can do.
+- ``ceiling``: the same decode + recipe as the loader (its fused head, then its tail seeded as in
+  a worker) over the same samples, in as many processes as workers, with no loader, no IPC and
+  no batching: what this machine can do.
   ``partial=False`` gives the ceiling of whole-image decoding (the pre-partial-decode figure).
 """
 
@@ -49,11 +52,16 @@ def imagefolder_loader(
     image_size: int,
     prefetch_factor: int,
     pin_memory: bool = False,
+    recipe: Any = None,
 ) -> torch.utils.data.DataLoader:
+    """ImageFolder + PIL + the classic transforms; with ``recipe`` (a v2 pipeline) the files'
+    bytes decoded by ``torchvision.io.decode_image`` and that pipeline (uint8 batches)."""
     from torchvision import datasets
 
-    tf = classic_train_transform(image_size)
-    ds = datasets.ImageFolder(root, transform=tf)
+    if recipe is None:
+        ds = datasets.ImageFolder(root, transform=classic_train_transform(image_size))
+    else:
+        ds = datasets.ImageFolder(root, loader=_read_bytes, transform=_DecodeThen(recipe))
     kwargs: dict[str, Any] = {"prefetch_factor": prefetch_factor} if workers else {}
     return torch.utils.data.DataLoader(
         ds,
@@ -75,9 +83,11 @@ def webdataset_loader(
     shuffle_buffer: int = 1000,
     same_decoder: bool = False,
     scaled_decode: bool = True,
+    recipe: Any = None,
 ) -> Any:
-    """The plain upstream pipeline: PIL decode + the classic transforms, or, with
-    ``same_decoder``, wdstool's decode + augmentation on the raw bytes (uint8 batches)."""
+    """The plain upstream pipeline: PIL decode + the classic transforms; with ``recipe`` (a v2
+    pipeline) ``torchvision.io.decode_image`` + that pipeline; with ``same_decoder``, wdstool's
+    decode + augmentation on the raw bytes (uint8 batches)."""
     import webdataset as wds
 
     ds = wds.WebDataset(
@@ -85,6 +95,8 @@ def webdataset_loader(
     ).shuffle(shuffle_buffer)
     if same_decoder:
         transform: Any = _FastAugment(image_size, scaled_decode)
+    elif recipe is not None:
+        transform = _DecodeThen(recipe)
     else:
         ds = ds.decode("pil")
         transform = classic_train_transform(image_size)
@@ -95,6 +107,24 @@ def webdataset_loader(
     )
     kwargs: dict[str, Any] = {"prefetch_factor": prefetch_factor} if workers else {}
     return wds.WebLoader(ds, batch_size=None, num_workers=workers, **kwargs)
+
+
+def _read_bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+class _DecodeThen:
+    """``torchvision.io.decode_image`` (RGB) on raw bytes, then a v2 pipeline (picklable)."""
+
+    def __init__(self, recipe: Any) -> None:
+        self.recipe = recipe
+
+    def __call__(self, data: bytes) -> torch.Tensor:
+        from torchvision.io import ImageReadMode, decode_image
+
+        img = decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), ImageReadMode.RGB)
+        return self.recipe(img)
 
 
 class _FastAugment:
@@ -114,24 +144,26 @@ class _FastAugment:
 
 
 def _ceiling_worker(
-    args: tuple[list[bytes], int, bool, bool, bool, bool, bool, int, Any],
+    args: tuple[list[bytes], Any, bool, bool, bool, bool, int, Any],
 ) -> tuple[int, float]:
-    images, size, as_float, partial, channels_last, train, scaled, seed, barrier = args
-    from loaders.augment import eval_sample, normalize, train_sample
+    images, recipe, as_float, partial, channels_last, scaled, seed, barrier = args
+    from loaders.augment import normalize
+    from loaders.pool import new_batch
+    from loaders.recipe import Seeder, Where
 
     torch.set_num_threads(1)  # as in a DataLoader worker: one thread per process
-    rng = random.Random(seed)
+    rng, seeder = random.Random(seed), Seeder(Where.WORKER, recipe.opaque)
     # one reused slot in the batch layout the loader writes: resize straight into it
-    slot = torch.empty((size, size, 3) if channels_last else (3, size, size), dtype=torch.uint8)
-    slot = slot.permute(2, 0, 1) if channels_last else slot
+    slot = (
+        None
+        if recipe.size is None
+        else new_batch(1, recipe.size, False, torch.uint8, channels_last)[0]
+    )
     barrier.wait()
     t = time.perf_counter()
     for data in images:
-        if train:
-            out = train_sample(data, size, rng, slot, partial=partial, scaled=scaled)
-        else:
-            out = eval_sample(data, size, slot, partial=partial, scaled=scaled)
-        if as_float:
+        out = recipe(data, rng, seeder, slot, partial=partial, scaled=scaled)
+        if as_float and out.dtype == torch.uint8:
             normalize(out)
     return len(images), time.perf_counter() - t
 
@@ -148,15 +180,18 @@ def ceiling(
     channels_last: bool = False,
     train: bool = True,
     scaled_decode: bool = True,
+    transform: Any = None,
 ) -> dict[str, float]:
-    """Decode + augment the dataset's images in ``processes`` processes at once (images are read
-    into memory first, untimed). Returns samples/s = total samples / slowest process time.
-    ``partial``: decode only the crop of JPEGs (default: as the loader does, see
+    """Decode + recipe over the dataset's images in ``processes`` processes at once (images are
+    read into memory first, untimed). Returns samples/s = total samples / slowest process time.
+    ``partial``: decode only the region of JPEGs (default: as the loader does, see
     ``decode.PARTIAL_DECODE``); False: whole images, as before the partial decoder.
     ``channels_last``: resize into a slot laid out as the loader's ``channels_last`` batches.
-    ``train``/``scaled_decode``: as ``make_loader``'s (False: the eval transform / exact)."""
+    ``train``/``scaled_decode``/``transform``: as ``make_loader``'s."""
+    from loaders.recipe import build_recipe
     from wdstool.format.decode import PARTIAL_DECODE
 
+    recipe = build_recipe(transform, train=train, image_size=image_size, output=output)
     partial = PARTIAL_DECODE if partial is None else partial
     images: list[bytes] = []
     for url in index.urls:
@@ -176,17 +211,7 @@ def ceiling(
     barrier = ctx.Manager().Barrier(n)
     as_float = output == "float"
     parts = [
-        (
-            images[i::n],
-            image_size,
-            as_float,
-            partial,
-            channels_last,
-            train,
-            scaled_decode,
-            i,
-            barrier,
-        )
+        (images[i::n], recipe, as_float, partial, channels_last, scaled_decode, i, barrier)
         for i in range(n)
     ]
     with ctx.Pool(n) as pool:

@@ -66,6 +66,10 @@ def render_text(report: dict) -> list[str]:
             + ("scaled for large regions" if report["scaled_decode"] else "exact (full scale)")
             + f"; whole images: {report.get('whole_decoder', '?')}"
         )
+    if report.get("recipe"):
+        lines.append(
+            f"recipe ({report['config'].get('transform_name', 'default')}): {report['recipe']}"
+        )
     rec = report.get("recommendation") or {}
     if rec:
         lines.append(

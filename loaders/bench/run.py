@@ -53,6 +53,7 @@ class BenchConfig:
     cache_dir: str | None = None
     cache_limit: int | None = None
     transform: Callable[[Any], Any] | None = field(default=None, compare=False)
+    transform_name: str = "default"  # what --transform named (a preset or module:attr)
     label: str | None = "cls"
     fields: tuple[tuple[str, str], ...] = ()  # (batch key, member spec)
     tokenize: str | None = None  # a field whose text the stand-in tokenizer turns into ids
@@ -75,10 +76,15 @@ class BenchConfig:
             raise ConfigError(f"--batches must be >= 1, got {self.batches}")
         if self.step_ms < 0:
             raise ConfigError(f"--step-ms must be >= 0, got {self.step_ms}")
-        if not self.train and (self.imagefolder or self.webdataset or self.webdataset_fast):
+        if self.transform is None and not self.train and (self.imagefolder or self.webdataset):
             raise ConfigError(
                 "--eval: the imagefolder and webdataset baselines run the train augmentation; "
-                "compare the eval path with --compare exact"
+                "compare the eval path with --compare exact, or give it as --transform"
+            )
+        if self.webdataset_fast and (self.transform is not None or not self.train):
+            raise ConfigError(
+                "--compare webdataset-fast runs the built-in train recipe; with --transform or "
+                "--eval compare with webdataset"
             )
         if self.exact and not self.scaled_decode:
             raise ConfigError("--compare exact with --exact-decode would compare a run with itself")
@@ -210,7 +216,7 @@ def run_stream_bench(
                         label="cls" if plain else cfg.label,
                         fields=None if plain else dict(cfg.fields),
                         fields_fn=None if plain or not cfg.tokenize else Tokenize(cfg.tokenize),
-                        image_size=cfg.image_size,
+                        image_size=cfg.image_size if cfg.transform is None else None,
                         num_workers=w,
                         prefetch_factor=cfg.prefetch_factor,
                         output=cfg.output,
@@ -244,6 +250,7 @@ def run_stream_bench(
                             batch_size=cfg.batch_size,
                             image_size=cfg.image_size,
                             prefetch_factor=cfg.prefetch_factor,
+                            recipe=cfg.transform,
                         ),
                         w,
                         _tuple_len,
@@ -263,6 +270,7 @@ def run_stream_bench(
                                 prefetch_factor=cfg.prefetch_factor,
                                 same_decoder=same,
                                 scaled_decode=cfg.scaled_decode,
+                                recipe=cfg.transform,
                             ),
                             w,
                             _tuple_len,
@@ -272,13 +280,14 @@ def run_stream_bench(
                 limit = None if cfg.batches is None else cfg.batches * cfg.batch_size
                 kw = {
                     "processes": max(1, w),
-                    "image_size": cfg.image_size,
+                    "image_size": cfg.image_size if cfg.transform is None else None,
                     "output": cfg.output,
                     "max_samples": limit,
                     "storage_options": cfg.storage_options,
                     "channels_last": cfg.channels_last,
                     "train": cfg.train,
                     "scaled_decode": cfg.scaled_decode,
+                    "transform": cfg.transform,
                 }
                 ceilings[w] = ceiling(index, **kw)
                 if PARTIAL_DECODE:  # and what decoding whole images allows, as before
@@ -369,7 +378,12 @@ def _report(
         r = _ratios(runs, "wdstool", other)
         if r:
             ratios[f"wdstool/{other}"] = r
+    from loaders.recipe import build_recipe
+
+    size = cfg.image_size if cfg.transform is None else None
+    recipe = build_recipe(cfg.transform, train=cfg.train, image_size=size, output=cfg.output)
     return {
+        "recipe": str(recipe),
         "config": {
             k: v for k, v in cfg.__dict__.items() if k not in ("transform", "storage_options")
         },

@@ -12,6 +12,7 @@ does not start with a fusable op runs whole on the decoded image, seeded the sam
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from functools import cached_property
 from typing import Any
 
 import torch
+from torchvision import transforms as T
 from torchvision.transforms import v2
 
 from loaders.recipe.fuse import op_name, split
@@ -30,6 +32,7 @@ from wdstool.format.decode import PARTIAL_DECODE, decode_rgb, header_size
 from wdstool.format.images import MAX_PIXELS, is_jpeg
 
 DEFAULT_SIZE = 224
+log = logging.getLogger(__name__)
 
 
 def as_size(value: int | tuple[int, int] | list[int]) -> Size:
@@ -69,9 +72,10 @@ class Recipe:
 
     @property
     def opaque(self) -> bool:
-        """The tail holds callables that are not torch modules (torchvision's transforms are):
-        they may draw from Python's or numpy's generators too."""
-        return any(not isinstance(op, torch.nn.Module) for op in self.tail)
+        """The tail holds callables other than torchvision's transforms (a function, a
+        ``Lambda``, another library's transform): they may draw from Python's or numpy's
+        generators too, which are then seeded as well."""
+        return any(_opaque(op) for op in self.tail)
 
     @cached_property
     def run_tail(self) -> Callable[[Any], Any] | None:
@@ -141,18 +145,38 @@ class Recipe:
         return self.describe()
 
 
+_CONTAINERS = (
+    v2.Compose,
+    v2.RandomApply,
+    v2.RandomChoice,
+    v2.RandomOrder,
+    T.Compose,
+    T.RandomApply,
+    T.RandomChoice,
+    T.RandomOrder,
+)
+
+
+def _opaque(op: Any) -> bool:
+    """``op`` is not a torchvision transform (nor a container of only those)."""
+    if isinstance(op, v2.Lambda | T.Lambda):
+        return True
+    if isinstance(op, _CONTAINERS):
+        return any(_opaque(t) for t in op.transforms)
+    return not (isinstance(op, torch.nn.Module) and type(op).__module__.startswith("torchvision."))
+
+
 def _probe(recipe: Recipe) -> tuple[Size, torch.dtype]:
-    """The tail's output size and dtype, from a run on a grey image of the head's size."""
+    """The tail's output size and dtype, from a run on a grey image of the head's size (where
+    the ops fail on that image, the head's size and uint8: each sample is checked anyway)."""
     assert recipe.size is not None
     img = torch.full((3, *recipe.size), 128, dtype=torch.uint8)
     try:
         out = Seeder(Where.MAIN, recipe.opaque)(recipe.run_tail, img, 0)
-    except Exception as exc:
-        raise ConfigError(
-            f"transform: {recipe.describe()}; its ops failed on a {recipe.size[0]}x"
-            f"{recipe.size[1]} uint8 image: {type(exc).__name__}: {exc}"
-        ) from None
-    check_output(out, "a test image", None)
+    except Exception as exc:  # a real sample will say it, naming itself
+        log.debug("transform: its ops failed on a grey test image: %s", exc)
+        return recipe.size, torch.uint8
+    check_output(out, "transform, on a grey test image", None)
     return (int(out.shape[-2]), int(out.shape[-1])), out.dtype
 
 

@@ -38,6 +38,17 @@ from wdstool.cli.common import progress_enabled, storage_options_from_cli
     help="Measure the eval transform (resize shorter side + centre crop, make_loader(train=False)).",
 )
 @click.option(
+    "--transform",
+    "transform_spec",
+    default="default",
+    show_default=True,
+    metavar="NAME|module:attr",
+    help="The recipe to measure: a preset (default, eval, bicubic, randaug, trivialaug, clip, "
+    "eval-bicubic; see loaders/recipe/presets.py) built at --image-size, or module:attr naming a "
+    "torchvision v2 pipeline (make_loader(transform=...)). The webdataset and imagefolder "
+    "baselines then decode with torchvision.io and run the same pipeline.",
+)
+@click.option(
     "--exact-decode",
     is_flag=True,
     help="make_loader(scaled_decode=False): decode large JPEG regions at full scale (exact "
@@ -178,6 +189,7 @@ def stream_bench_cmd(
     output: str,
     channels_last: bool,
     eval_: bool,
+    transform_spec: str,
     exact_decode: bool,
     batches: int | None,
     epochs: int,
@@ -212,7 +224,12 @@ def stream_bench_cmd(
 
     from loaders.bench.report import plot, render_text
     from loaders.bench.run import BenchConfig, run_stream_bench
+    from loaders.recipe.presets import resolve_transform
     from wdstool.base.errors import ConfigError
+
+    choice = resolve_transform(transform_spec, image_size)
+    if eval_ and (choice.transform is not None or not choice.train):
+        raise ConfigError(f"--eval with --transform {transform_spec}: give one of the two")
 
     imagefolder, webdataset, webdataset_fast = None, False, False
     plain = threads = exact = False
@@ -273,7 +290,9 @@ def stream_bench_cmd(
         memory=memory,
         sources=tuple(weighted),
         epoch_size=epoch_size,
-        train=not eval_,
+        train=choice.train and not eval_,
+        transform=choice.transform,
+        transform_name=transform_spec,
         scaled_decode=not exact_decode,
         exact=exact,
         imagefolder=imagefolder,
