@@ -21,6 +21,7 @@ import torch
 from accelerate import Accelerator
 
 from loaders import make_loader
+from tests.loaders.jobs import job_args
 
 SAVE_AT = (0, 1)  # (epoch, step)
 
@@ -60,13 +61,7 @@ def run(args: argparse.Namespace, log: Path, resume: bool) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--data", required=True)
-    p.add_argument("--keys-log", dest="log", type=Path, required=True)
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=15)
-    args = p.parse_args()
-    args.log.mkdir(parents=True, exist_ok=True)
+    args = job_args()
     rank = Accelerator(cpu=True).process_index
     run(args, args.log / f"rank{rank}.jsonl", resume=False)
     run(args, args.log / f"rank{rank}.resumed.jsonl", resume=True)

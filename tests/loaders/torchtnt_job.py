@@ -25,6 +25,7 @@ from torchtnt.framework.state import State
 from torchtnt.framework.unit import TrainUnit
 
 from loaders import make_loader
+from tests.loaders.jobs import job_args
 
 
 class Unit(TrainUnit[dict]):
@@ -67,14 +68,8 @@ def run(args: argparse.Namespace, log: Path, restore: Path | None) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--data", required=True)
-    p.add_argument("--keys-log", dest="log", type=Path, required=True)
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=15)
-    args = p.parse_args()
+    args = job_args()
     dist.init_process_group("gloo")
-    args.log.mkdir(parents=True, exist_ok=True)
     rank = dist.get_rank()
     run(args, args.log / f"rank{rank}.jsonl", None)
     step2 = args.log / "ckpt" / "epoch_0_train_step_2"  # torchtnt's name for it

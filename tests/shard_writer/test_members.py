@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
@@ -22,7 +19,8 @@ import webdataset as wds
 
 from shard_writer.pack import PackOptions, pack
 from shard_writer.verify import verify_dataset
-from tests.conftest import REPO, jpeg_bytes, png_bytes, run_cli
+from tests.conftest import jpeg_bytes, png_bytes, run_cli
+from tests.shard_writer.test_interop import run_hf_offline
 from tests.shard_writer.test_listing import image_rows, write_listing
 from wdstool.base.errors import DestinationError
 
@@ -92,23 +90,7 @@ print(json.dumps([[s["__key__"], s["txt"], s["cls"]] for s in ds.decode(False)])
 
 def test_hf_datasets_yields_every_caption(captioned, tmp_path: Path) -> None:
     dest, captions = captioned
-    files = [str(p) for p in sorted(dest.glob("*.tar"))]
-    env = {
-        **os.environ,
-        "HF_DATASETS_OFFLINE": "1",
-        "HF_HUB_OFFLINE": "1",
-        "HF_HOME": str(tmp_path / "hf"),
-        "PYTHONPATH": str(REPO),
-    }
-    proc = subprocess.run(
-        [sys.executable, "-c", _HF_SCRIPT, json.dumps(files)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    got = run_hf_offline(_HF_SCRIPT, [str(p) for p in sorted(dest.glob("*.tar"))], tmp_path)
     assert len(got) == N
     assert {key: txt for key, txt, _ in got} == captions
     assert sum(1 for _, txt, _ in got if txt) == N - 5  # all 7 captions, none dropped
