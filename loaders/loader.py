@@ -91,6 +91,12 @@ class StreamingLoader:
         return self.dataset.epoch
 
     @property
+    def batch_size(self) -> int:
+        """Samples per batch on this rank (the last batch of an epoch may hold fewer): what
+        trainers read from a DataLoader, e.g. Accelerate for DeepSpeed's "auto" micro-batch."""
+        return self.config.batch_size
+
+    @property
     def config(self) -> LoaderConfig:
         return self.dataset.config
 

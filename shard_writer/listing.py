@@ -11,7 +11,8 @@ file, local or at any fsspec URL. Columns (renamed with :class:`ListingColumns`)
   sorted order, as torchvision's ImageFolder indexes its folders, and recorded as the manifest's
   ``classes`` (empty for integer labels). Anything else (empty, null, negative, float, bool,
   list, object, ints mixed with names) is an error naming the row.
-- ``caption`` (optional): text for ``KEY.txt`` (none when empty or null).
+- ``caption`` (optional): text for ``KEY.txt``. When the column exists every sample gets one,
+  empty where the row's caption is empty or null, so all samples carry the same members.
 - every other column goes into ``KEY.json`` as the listing typed it. JSON cannot hold some
   parquet values: dates, times and timestamps become ISO 8601 strings and decimals exact
   strings; binary values and durations are an error naming the column.
@@ -146,6 +147,7 @@ def scan_listing(
     classes, labels = _labels(url, rows, label_col if label_col in names else None, fmt)
     base = _folder(url)
     own = {path_col, label_col, caption_col}
+    captioned = caption_col in names
     files: list[SourceFile] = []
     seen: dict[str, Row] = {}
     for i, row in enumerate(rows):
@@ -167,7 +169,7 @@ def scan_listing(
                 size=-1,
                 url=where,
                 row=row.number,
-                caption=_text_value(url, row, caption_col, "caption"),
+                caption=_text_value(url, row, caption_col, "caption") if captioned else None,
                 extra=json.dumps(extra, sort_keys=True, separators=(",", ":")) if extra else "",
             )
         )

@@ -1,7 +1,10 @@
 """The tar members of one sample, and the bytes the layout reserves for them.
 
 Every sample has ``KEY.<ext>`` (the image; the extension from its bytes) and ``KEY.json``; a
-labelled one ``KEY.cls`` (the class index, ASCII digits); one with a caption ``KEY.txt`` (UTF-8).
+labelled one ``KEY.cls`` (the class index, ASCII digits); every sample of a listing with a caption
+column ``KEY.txt`` (UTF-8; empty for a row without a caption), so that the samples of one data
+set carry the same members (readers that infer columns from the first samples, as Hugging Face
+``datasets`` does, see every member).
 ``KEY.json`` holds ``path``, ``width``, ``height``, ``format`` and, with a label, ``class_index``
 and ``class`` (a class name; absent for integer labels), plus a listing row's other columns,
 which win over those keys when a listing has a column of the same name. It is canonical JSON
@@ -11,6 +14,7 @@ which win over those keys when a listing has a column of the same name. It is ca
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Sequence
 
 from shard_writer.probe import ImageInfo
@@ -40,7 +44,7 @@ def sample_bound(f: SourceFile, payload_size: int, classes: Sequence[str]) -> in
     )
     if f.class_idx >= 0:
         need += member_bytes(len(str(f.class_idx)))
-    if f.caption:
+    if f.caption is not None:
         need += member_bytes(len(f.caption.encode("utf-8")))
     return need
 
@@ -69,7 +73,21 @@ def sample_members(
     members = [(f"{key}.{info.ext}", payload)]
     if f.class_idx >= 0:
         members.append((f"{key}.cls", b"%d" % f.class_idx))
-    if f.caption:
+    if f.caption is not None:  # a caption column: every sample has KEY.txt, empty or not
         members.append((f"{key}.txt", f.caption.encode("utf-8")))
     members.append((f"{key}.json", metadata(f, info, classes)))
     return members
+
+
+def mixed_image_members(infos: Sequence[ImageInfo]) -> str | None:
+    """Why the samples will not carry one member set when their images are in several formats
+    (the image member's extension is the format's), or None when they are in one."""
+    counts = Counter(info.ext for info in infos)
+    if len(counts) < 2:
+        return None
+    shown = ", ".join(f"{n} KEY.{ext}" for ext, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    return (
+        f"the images are in {len(counts)} formats ({shown}), so samples carry different image "
+        "members; readers that take their columns from the first samples (Hugging Face "
+        "datasets) miss the others. --quality Q re-encodes every image as JPEG (KEY.jpg)"
+    )

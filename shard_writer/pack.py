@@ -23,6 +23,7 @@ from shard_writer.dest import STATE_DIR, Destination
 from shard_writer.execute import execute, init_worker
 from shard_writer.layout import plan_layout
 from shard_writer.listing import scan_source
+from shard_writer.members import mixed_image_members
 from shard_writer.options import PackOptions, PackSummary, ProgressFn, usable_cores
 from shard_writer.probe import probe_files
 from shard_writer.publish import fingerprint, prepare_dest, reusable, summary_from_manifest
@@ -140,6 +141,9 @@ def _pack(
     skipped = [*scan.problems, *skipped]
     if not files:
         raise InputError(f"{scan.name}: no valid images: all {len(skipped)} inputs were skipped")
+    mixed = mixed_image_members(infos)
+    if mixed:
+        log.warning("%s: %s", scan.name, mixed)
     specs = plan_layout(
         files, scan.classes, options=options.layout, prefix=options.prefix, infos=infos
     )

@@ -34,6 +34,8 @@ def fingerprint(scan: Scan, specs: tuple[ShardSpec, ...], options: PackOptions) 
             )
             if f.caption or f.extra:  # never for an ImageFolder tree: its fingerprint is unchanged
                 h.update(b"\1" + json.dumps([f.caption, f.extra]).encode("ascii"))
+            if f.caption == "":  # an empty KEY.txt (older packs wrote none): other shard bytes
+                h.update(b"\2")
     return h.hexdigest()
 
 

@@ -40,7 +40,8 @@ class SourceFile:
     the other fields keep their defaults. From a listing: ``index`` is the row's position,
     ``relpath`` the path as the listing gives it, ``url`` where it is read from, ``size`` -1 until
     the probe learns it, ``row`` the row number shown in messages (1-based), ``class_idx`` -1
-    without a label, ``caption`` the text for ``KEY.txt`` and ``extra`` the row's other columns as
+    without a label, ``caption`` the text for ``KEY.txt`` (``""`` for a row without one, ``None``
+    when the listing has no caption column: then no ``KEY.txt``) and ``extra`` the row's other columns as
     canonical JSON (an object), merged into ``KEY.json``.
     """
 
@@ -50,7 +51,7 @@ class SourceFile:
     size: int
     url: str = ""
     row: int = 0
-    caption: str = ""
+    caption: str | None = None
     extra: str = ""
 
 

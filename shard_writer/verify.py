@@ -4,6 +4,9 @@ verify also reports every member that would be unsafe to extract with ``tar -x``
 ``..`` names, links, devices, FIFOs, non-UTF-8 names; see :mod:`wdstool.format.tar_safety`):
 all of them, in every shard, then fails unless they are allowed. Any other problem (size, sha256,
 counts, layout, a corrupt tar) stops at the first bad shard, as a one-line error naming it.
+Samples whose member sets differ (other tools' shards: some samples without ``.txt``) are a
+warning naming the first one, since readers that take their columns from the first samples
+(Hugging Face ``datasets``) drop, or fail on, members the first samples lack.
 """
 
 from __future__ import annotations
@@ -96,6 +99,47 @@ def inspect_dataset(source: str, *, nkeys: int = 5, storage_options: dict | None
     return info
 
 
+@dataclass
+class MemberSets:
+    """The member set (extensions) of a data set's first sample, and the first sample whose
+    set differs from it."""
+
+    first: tuple[str, ...] | None = None
+    first_at: tuple[str, str] = ("", "")  # (shard URL, key)
+    offender: dict[str, Any] | None = None
+
+    def see(self, url: str, key: str, extensions: Any) -> None:
+        exts = tuple(sorted(extensions))
+        if self.first is None:
+            self.first, self.first_at = exts, (url, key)
+        elif self.offender is None and exts != self.first:
+            self.offender = {"url": url, "key": key, "members": list(exts)}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "consistent": self.offender is None,
+            "members": list(self.first or ()),
+            "first_offender": self.offender,
+        }
+
+    def warning(self) -> str | None:
+        """One line naming the first sample whose members differ from the first sample's."""
+        if self.offender is None or self.first is None:
+            return None
+        o = self.offender
+
+        def shown(exts: Any) -> str:
+            return " ".join(f".{e}" for e in exts) or "none"
+
+        return (
+            f"{o['url']}: sample {o['key']!r} has members {shown(o['members'])}, the first "
+            f"sample ({self.first_at[1]!r} in {self.first_at[0]}) has {shown(self.first)}: "
+            "samples carry different member sets, and readers that take their columns from "
+            "the first samples (Hugging Face datasets) drop or fail on the others; give every "
+            "sample the same members (wdstool pack writes an empty KEY.txt for a missing caption)"
+        )
+
+
 def _check_sample(sample: Any, url: str, nclasses: int, decode: bool) -> bool:
     """Check one sample; return whether it has a label (``.cls``). With class names in the
     manifest every sample needs one; without (a listing with integer labels or none), a label
@@ -139,9 +183,11 @@ def verify_shard(
     storage_options: dict | None = None,
     on_bytes: Callable[[int], object] | None = None,
     on_unsafe: Callable[[UnsafeMember], object] | None = None,
+    member_sets: MemberSets | None = None,
 ) -> list[UnsafeMember]:
     """Check one shard; raise ShardError at its first problem, except members unsafe to
-    extract: those are returned (and passed to ``on_unsafe`` as they are found)."""
+    extract: those are returned (and passed to ``on_unsafe`` as they are found). Each sample's
+    member set goes to ``member_sets``."""
     entry = manifest.shards[index]
     url = resolve_shard_url(base, entry.url)
     try:
@@ -171,6 +217,8 @@ def verify_shard(
                 raise ShardError(f"{url}: duplicate key {sample.key!r}")
             seen.add(sample.key)
             labelled.add(_check_sample(sample, url, len(manifest.classes), decode))
+            if member_sets is not None:
+                member_sets.see(url, sample.key, sample.parts)
             if len(labelled) > 1:
                 raise ShardError(
                     f"{url}: sample {sample.key!r}: some samples have a .cls, some not"
@@ -195,7 +243,8 @@ def verify_dataset(
     on_bytes: Callable[[int], object] | None = None,
     on_unsafe: Callable[[UnsafeMember], object] | None = None,
 ) -> dict:
-    """Check every shard; raise ShardError naming the first bad one. Returns a short report.
+    """Check every shard; raise ShardError naming the first bad one. Returns a short report,
+    with ``warnings`` (one line each: samples whose member sets differ).
 
     Members unsafe to extract are all collected (``on_unsafe`` sees each as it is found, the
     report lists them); then, unless ``allow_unsafe_names``, UnsafeMembersError (a ShardError
@@ -203,6 +252,7 @@ def verify_dataset(
     """
     manifest, base = load_manifest(source, storage_options)
     unsafe: list[UnsafeMember] = []
+    member_sets = MemberSets()
     for i in range(len(manifest.shards)):
         unsafe += verify_shard(
             manifest,
@@ -212,7 +262,9 @@ def verify_dataset(
             storage_options=storage_options,
             on_bytes=on_bytes,
             on_unsafe=on_unsafe,
+            member_sets=member_sets,
         )
+    warning = member_sets.warning()
     report = {
         "manifest": manifest_url_for(source),
         "num_shards": len(manifest.shards),
@@ -221,6 +273,8 @@ def verify_dataset(
         "decoded": decode,
         "unsafe_members": [p.to_json() for p in unsafe],
         "allow_unsafe_names": allow_unsafe_names,
+        "member_sets": member_sets.to_json(),
+        "warnings": [warning] if warning else [],
         "ok": allow_unsafe_names or not unsafe,
     }
     if unsafe and not allow_unsafe_names:

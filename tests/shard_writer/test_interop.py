@@ -117,12 +117,9 @@ print(json.dumps(out))
 """
 
 
-def test_hf_datasets_streams_every_sample_offline(
-    dataset: Path, reference, our_labels, tmp_path: Path
-) -> None:
-    import hashlib
-
-    files = [str(dataset / e["url"]) for e in manifest(dataset)["shardlist"]]
+def run_hf_offline(script: str, files: list[str], tmp_path: Path) -> list:
+    """Run ``script`` (Hugging Face datasets, offline, its cache under tmp_path) in a new
+    process with the shard files as its argument; the JSON its last line prints."""
     env = {
         **os.environ,
         "HF_DATASETS_OFFLINE": "1",
@@ -131,14 +128,23 @@ def test_hf_datasets_streams_every_sample_offline(
         "PYTHONPATH": str(REPO),
     }
     proc = subprocess.run(
-        [sys.executable, "-c", _HF_SCRIPT, json.dumps(files)],
+        [sys.executable, "-c", script, json.dumps(files)],
         capture_output=True,
         text=True,
         env=env,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_hf_datasets_streams_every_sample_offline(
+    dataset: Path, reference, our_labels, tmp_path: Path
+) -> None:
+    import hashlib
+
+    files = [str(dataset / e["url"]) for e in manifest(dataset)["shardlist"]]
+    got = run_hf_offline(_HF_SCRIPT, files, tmp_path)
     assert [(Path(u).name, k) for k, u, *_ in got] == [(u, k) for u, k, _ in reference]
     for (key, _, cls, digest, class_index), (_, _, parts) in zip(got, reference, strict=True):
         assert cls == class_index == our_labels[key]

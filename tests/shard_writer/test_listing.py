@@ -125,10 +125,8 @@ def test_jsonl_captions_typed_columns_and_absolute_and_nested_paths(tmp_path: Pa
     for i, s in got.items():
         meta = json.loads(s["json"])
         assert int(s["cls"]) == rows[i]["label"] == meta["class_index"] and "class" not in meta
-        if captions[i]:
-            assert s["txt"].decode("utf-8") == captions[i]
-        else:
-            assert "txt" not in s  # empty or null caption: no member
+        # a caption column: every sample has KEY.txt, empty for an empty or null caption
+        assert s["txt"].decode("utf-8") == (captions[i] or "")
         assert meta["path"] == rows[i]["path"]
         assert meta["tags"] == ["x", i] and meta["nested"] == {"a": {"b": None}, "ok": i % 2 == 0}
         assert meta.get("score") == (i / 4 if i != 5 else None)

@@ -1,4 +1,5 @@
-"""``wdstool index DEST --dali``: index files for other readers (DALI's webdataset reader)."""
+"""``wdstool index DEST --dali`` / ``wdstool index ROOT --timm``: index files for other readers
+(DALI's webdataset reader; timm's ``_info.json``)."""
 
 from __future__ import annotations
 
@@ -19,11 +20,17 @@ from wdstool.cli.common import emit_json, progress_enabled, storage_options_from
     help="Write DALI webdataset index files (v1.2, what DALI's wds2idx writes), one per shard.",
 )
 @click.option(
+    "--timm",
+    is_flag=True,
+    help="Write ROOT/_info.json for timm's webdataset reader: one split per data set packed in a "
+    "folder directly under ROOT, named after that folder.",
+)
+@click.option(
     "--out",
     default=None,
     metavar="DIR",
     help="Write the index files under DIR (a folder or URL; shard paths relative to the "
-    "manifest are kept) instead of next to the shards.",
+    "manifest are kept) instead of next to the shards (--dali only).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
@@ -31,21 +38,40 @@ from wdstool.cli.common import emit_json, progress_enabled, storage_options_from
 def index_cmd(
     dest: str,
     dali: bool,
+    timm: bool,
     out: str | None,
     as_json: bool,
     quiet: bool,
     storage_options: dict[str, Any] | None,
 ) -> None:
-    """Write an index file per shard of a packed dataset, from index.json and the tar headers.
+    """Write index files that other readers need next to packed data sets.
 
-    DEST is a folder or prefix holding index.json, or the manifest's own path/URL. Only the tar
-    headers are read (member data is skipped). With --dali, DEST/train-000000.idx is written
-    next to DEST/train-000000.tar (or under --out DIR), for
+    --dali: DEST is a folder or prefix holding index.json, or the manifest's own path/URL. Only
+    the tar headers are read (member data is skipped). DEST/train-000000.idx is written next to
+    DEST/train-000000.tar (or under --out DIR), for
     nvidia.dali.fn.readers.webdataset(paths=[...tar], index_paths=[...idx]). DALI opens index
     files as local files: for shards on S3, pass a local --out DIR.
+
+    --timm: DEST is a ROOT folder whose sub-folders are packed data sets (ROOT/train,
+    ROOT/validation, ... each with its index.json); ROOT/_info.json then describes each as a
+    split named after its folder (shard names relative to ROOT, sample counts from the
+    manifests), for timm.data.create_dataset("wds/NAME", root=ROOT, split="train") and timm's
+    train.py --dataset wds/NAME --data-dir ROOT (its default splits: train, validation).
+
+    \b
+    Example:
+      wdstool pack images/train data/train
+      wdstool pack images/val data/validation --prefix validation
+      wdstool index data --timm
     """
-    if not dali:
-        raise ConfigError("say which index to write: --dali (DALI webdataset index files)")
+    if dali == timm:
+        raise ConfigError(
+            "say which index to write: --dali (DALI webdataset index files, one per shard) "
+            "or --timm (ROOT/_info.json for timm)"
+        )
+    if timm:
+        _timm(dest, out, as_json, storage_options)
+        return
     from tqdm import tqdm
 
     from shard_writer.index import write_dali_indexes
@@ -79,3 +105,21 @@ def index_cmd(
     )
     if files:
         click.echo(f"  {files[0]}" + (f" ... {files[-1]}" if len(files) > 1 else ""))
+
+
+def _timm(
+    root: str, out: str | None, as_json: bool, storage_options: dict[str, Any] | None
+) -> None:
+    if out is not None:
+        raise ConfigError("--out applies to --dali; timm reads _info.json from ROOT itself")
+    from shard_writer.timm_index import write_timm_info
+
+    summary = write_timm_info(root, storage_options=storage_options)
+    if as_json:
+        emit_json(summary)
+        return
+    click.echo(f"wrote {summary['info']}")
+    for name, split in summary["splits"].items():
+        click.echo(
+            f"  split {name}: {split['num_samples']} samples in {split['num_shards']} shards"
+        )

@@ -87,6 +87,10 @@ def verify_cmd(
     Members unsafe to extract with tar -x (absolute or '..' names, symlinks, hard links,
     devices, FIFOs, non-UTF-8 names) are all listed, one line each, then fail the run unless
     --allow-unsafe-names makes them warnings.
+
+    Samples that carry different member sets (some with KEY.txt, some without: other tools'
+    shards) are a warning on stderr naming the first such sample; readers that take their
+    columns from the first samples (Hugging Face datasets) would drop those members.
     """
     from tqdm import tqdm
 
@@ -120,6 +124,8 @@ def verify_cmd(
         raise
     finally:
         bar.close()
+    for warning in report["warnings"]:
+        click.echo(f"Warning: {warning}", err=True)
     if as_json:
         emit_json(report)
     else:

@@ -130,8 +130,8 @@ from wdstool.cli.common import emit_json, progress_enabled, storage_options_from
     "--caption-column",
     default=None,
     metavar="NAME",
-    help="Listing SRC: the column holding captions, stored as KEY.txt [default: caption, if "
-    "there is one].",
+    help="Listing SRC: the column holding captions, stored as KEY.txt in every sample (empty "
+    "where a row has none) [default: caption, if there is one].",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no human summary.")
@@ -169,14 +169,16 @@ def pack_cmd(
     - a listing file: a .csv, .tsv, .jsonl or .parquet file with one row per image.
       Columns: path (required; relative to the listing's folder, absolute, or a URL),
       label (optional; ints, or class names indexed in sorted order), caption (optional;
-      stored as KEY.txt), any others (stored in KEY.json). Rows keep their order
+      KEY.txt in every sample, empty where a row has none), any others (stored in KEY.json). Rows keep their order
       until the pack-time shuffle. --path-column, --label-column and --caption-column
       name other columns.
 
     DEST gets PREFIX-000000.tar, ... and, last, index.json (a folder with index.json is a
     complete dataset). Samples: KEY.jpg (original bytes; extension from the real format),
-    KEY.cls (class index, when labelled), KEY.txt (caption, when there is one) and KEY.json
-    (source path, class, width, height, and a listing's other columns). The same input
+    KEY.cls (class index, when labelled), KEY.txt (caption, with a caption column) and KEY.json
+    (source path, class, width, height, and a listing's other columns): every sample of a
+    data set carries the same members, as readers that infer columns from the first samples
+    (Hugging Face datasets) need; images in several formats are a warning. The same input
     and options always give byte-identical shards. An interrupted pack is finished by
     running the same command again.
 
