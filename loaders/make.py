@@ -100,17 +100,25 @@ def make_loader(
     stacked into batch tensors (tokenized captions), others listed. A bad ``.json``, a label that
     is not an int or an exception in ``fields_fn`` is a bad sample (``on_error``). Members that
     no spec names are never read. ``output="encoded"``: the
-    workers only parse headers and draw augmentations; batches carry ``encoded`` (uint8 bytes),
-    ``offsets``, ``crops``, ``flips`` for :class:`loaders.DeviceDecoder`, which decodes and
+    workers only parse headers and draw the recipe's geometry; batches carry ``encoded`` (uint8
+    bytes), ``offsets`` and ``geometry`` for :class:`loaders.DeviceDecoder`, which decodes and
     augments on the GPU (nvJPEG). ``channels_last=True``: ``pixel_values`` keeps its shape and
     values but is laid out [B,S,S,3] in memory (``torch.channels_last`` strides), what a
     channels-last model consumes after ``.to(device, non_blocking=True)`` with no conversion;
     the workers' resize writes that layout directly (~40% less resize time here).
-    ``scaled_decode=True`` (default): a JPEG crop (train) or centre region (eval) more than
-    twice ``image_size`` on both sides is decoded at 1/2, 1/4 or 1/8 scale in the DCT domain
-    (the largest reduction that keeps it >= ``image_size``), then resized as usual: several
-    times less work on large images, slightly different pixels there; ``False`` keeps the
-    exact pixels of a full-scale decode. Every rank yields exactly
+    ``transform``: the recipe, a torchvision v2 pipeline (or any callable of a uint8 [3,H,W]
+    tensor). Its leading crop/resize/flip run is fused into the decoder (only the region of a
+    JPEG is decoded; bit-exact with torchvision on the whole image when ``scaled_decode=False``),
+    the rest runs in the workers on the crop; every random op is seeded per (seed, epoch, key,
+    occurrence). ``loader.recipe`` says what was fused. ``None``: the built-in train recipe
+    (RandomResizedCrop + flip) or, with ``train=False``, the eval one (Resize(S/0.875) +
+    CenterCrop), at ``image_size`` (an int or (h, w); default 224). With a ``transform`` the
+    output size is the pipeline's (an ``image_size`` that disagrees is a ConfigError).
+    ``scaled_decode=True`` (default): a JPEG region more than twice the output on both sides
+    is decoded at 1/2, 1/4 or 1/8 scale in the DCT domain (the largest reduction that keeps it
+    at least the output size), then resized as usual: several times less work on large
+    images, slightly different pixels there; ``False`` keeps the exact pixels of a full-scale
+    decode. Every rank yields exactly
     ``len(loader)`` batches. Call ``loader.set_epoch(e)`` before each epoch.
 
     ``worker_mode="thread"``: the ``num_workers`` streams run as decode threads inside this

@@ -128,3 +128,57 @@ def test_nvjpeg_pixels_are_close_to_the_cpu_path(mixed_dataset: Path) -> None:
     for e, r in zip(enc, ref, strict=True):
         got = decoder(e).cpu().float()
         assert (got - r["pixel_values"].float()).abs().mean() < 3.0
+
+
+@pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
+def test_the_device_path_runs_on_cpu_tensors(mixed_dataset: Path, train: bool) -> None:
+    """host_decode=False: whole images decoded, then the geometry applied with torchvision's
+    ops, as on a GPU — on the CPU the exact pixels of output="uint8" without the scaled decode;
+    a bicubic (h, w) recipe with vertical flips too."""
+    from torchvision.transforms import v2
+
+    common = dict(num_workers=0, seed=3, pin_memory=False, scaled_decode=False)
+    recipes = [dict(image_size=24, train=train)]
+    if train:
+        recipes.append(
+            dict(
+                transform=v2.Compose(
+                    [
+                        v2.RandomResizedCrop((20, 28), interpolation=v2.InterpolationMode.BICUBIC),
+                        v2.RandomVerticalFlip(),
+                    ]
+                )
+            )
+        )
+    for kw in recipes:
+        ref = _epoch(make_loader(mixed_dataset, 4, **common, **kw))
+        enc = _epoch(make_loader(mixed_dataset, 4, output="encoded", **common, **kw))
+        decoder = DeviceDecoder(device="cpu", output="uint8", host_decode=False)
+        for e, r in zip(enc, ref, strict=True):
+            assert torch.equal(decoder(e), r["pixel_values"])
+    with pytest.raises(ConfigError, match="image_size"):
+        DeviceDecoder(32, device="cpu")(enc[0])
+
+
+def test_device_augmentation_example_runs(learnable_dataset: Path) -> None:
+    """examples/device_augment.py: MixUp/CutMix and RandomErasing on the normalized batch."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    args = ["--steps", "3", "--workers", "0", "--batch-size", "8", "--image-size", "32"]
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(root / "examples" / "device_augment.py"),
+            str(learnable_dataset),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=root,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "fused into the decoder: RandomResizedCrop(32, bicubic)" in r.stdout
+    assert r.stdout.count("labels (8, 3)") == 3  # soft labels over the 3 classes
