@@ -229,38 +229,27 @@ class BatchAssembler:
             return
         for n in sizes:
             before, bytes_before = self.replaced, self.bytes_read
-            batch, slot, meta = self._assemble(it, plan, n, n == batch_size)
-            labels = meta.labels
-            shared = self.pool.shared if self.pool is not None else None
-            pooled = shared is not None and slot >= 0
-            if pooled:  # stays in the pool: send its coordinates
-                batch = Pooled(shared.key, "pixels", slot, n)  # type: ignore[assignment]
-                if labels is not None:
-                    shared.labels[slot, :n] = labels
-                    labels = Pooled(shared.key, "labels", slot, n)  # type: ignore[assignment]
-            out_batch: dict[str, Any] = {"pixel_values": batch}
+            out = _Slot(self, n)
+            pixels, meta = self._assemble(it, plan, n, out)
+            labels: Any = meta.labels
+            if labels is not None and out.slot >= 0:
+                view, labels = out.tensor(None, torch.int64)
+                view.copy_(meta.labels)
+            out_batch: dict[str, Any] = {"pixel_values": out.send(pixels[0])}
             meta.into(out_batch, labels)
             out_batch.update(
                 num_replaced=self.replaced - before,
                 num_bytes=self.bytes_read - bytes_before,
-                buffer_slot=slot,
-                pooled=pooled,
+                buffer_slot=out.slot,
+                pooled=out.slot >= 0,
             )
             yield out_batch
 
-    def _buffer(self, n: int, full: bool, dtype: torch.dtype) -> tuple[torch.Tensor, int]:
-        """A batch buffer of the recipe's size: a pool slot where there is one (slot >= 0)."""
-        size, cl = self.spec.recipe.size, self.spec.channels_last
-        assert size is not None
-        if self.pool is not None and (full or self.pool.shared is not None):
-            return self.pool.get(n, size, dtype, cl)
-        return new_batch(n, size, self.shared, dtype, cl), -1
-
     def _assemble(
-        self, it: Iterator[Decoded], plan: WorkerPlan, n: int, full: bool
-    ) -> tuple[torch.Tensor, int, _BatchMeta]:
-        """The next ``n`` samples' pixels as one batch tensor, its pool slot (or -1) and the
-        rest of what they carry.
+        self, it: Iterator[Decoded], plan: WorkerPlan, n: int, out: _Slot
+    ) -> tuple[list[torch.Tensor], _BatchMeta]:
+        """The next ``n`` samples' pixels as batch tensors (one per view), and the rest of what
+        they carry.
 
         Where the recipe's output size is known the head writes each sample straight into the
         batch buffer (a uint8 scratch when the batch is float: normalized into the buffer at
@@ -268,12 +257,11 @@ class BatchAssembler:
         recipe, output = self.spec.recipe, self.spec.output
         meta = _BatchMeta(n, self)
         final = work = None
-        slot = -1
         if recipe.size is not None:
-            final, slot = self._buffer(n, full, torch.float32 if output == "float" else torch.uint8)
+            final = out.tensor(recipe.size, torch.float32 if output == "float" else torch.uint8)[0]
             work = final
             if final.dtype != torch.uint8:  # the head's uint8 pixels go to a scratch
-                if self._scratch is None or self._scratch.shape[0] != n:
+                if self._scratch is None or tuple(self._scratch.shape) != (n, 3, *recipe.size):
                     cl = self.spec.channels_last
                     self._scratch = new_batch(n, recipe.size, False, torch.uint8, cl)
                 work = self._scratch
@@ -294,10 +282,10 @@ class BatchAssembler:
                 batch = batch.contiguous(memory_format=torch.channels_last)
             if output == "float" and batch.dtype == torch.uint8:
                 batch = normalize(batch)
-            return batch, -1, meta
+            return [batch], meta
         if work is not final and recipe.dtype == torch.uint8:
             normalize_into(work, final)
-        return final, slot, meta
+        return [final], meta
 
     def _encoded_batches(
         self, it: Iterator[Decoded], sizes: list[int], plan: WorkerPlan
@@ -331,6 +319,36 @@ class BatchAssembler:
                 buffer_slot=-1,
             )
             yield out
+
+
+class _Slot:
+    """Where one batch's tensors go: carved one after another out of a free slot of the
+    worker's pool (they cross as coordinates), or allocated where none is free (slot -1)."""
+
+    def __init__(self, assembler: BatchAssembler, n: int) -> None:
+        self.pool, self.n = assembler.pool, n
+        self.shared, self.channels_last = assembler.shared, assembler.spec.channels_last
+        self.slot = self.pool.get() if self.pool is not None else -1
+        self.offset = 0
+        self.coords: dict[int, Pooled] = {}  # id of a carved tensor -> its coordinates
+
+    def tensor(self, size: Any, dtype: torch.dtype) -> tuple[torch.Tensor, Any]:
+        """An [n,3,h,w] batch of ``size`` (or [n] labels for ``size`` None), and what to send
+        for it."""
+        if self.slot < 0:
+            assert size is not None
+            t = new_batch(self.n, size, self.shared, dtype, self.channels_last)
+            return t, t
+        shared = self.pool.shared  # type: ignore[union-attr]
+        t, coords, self.offset = shared.carve(
+            self.slot, self.offset, self.n, size, dtype, self.channels_last
+        )
+        self.coords[id(t)] = coords
+        return t, coords
+
+    def send(self, t: torch.Tensor) -> Any:
+        """What crosses for ``t``: its coordinates if it was carved out of the slot."""
+        return self.coords.get(id(t), t)
 
 
 class _BatchMeta:

@@ -29,7 +29,7 @@ from loaders.plan import (
     plan_epoch,
     plan_resumed,
 )
-from loaders.pool import BufferPool, SharedPool
+from loaders.pool import BufferPool, SharedPool, batch_bytes
 from loaders.read import SourceReader, shard_reader, worker_stream
 from loaders.recipe import Recipe, Where, build_recipe
 from loaders.schema import SampleSchema
@@ -107,19 +107,17 @@ class ShardStreamDataset(IterableDataset):
         )
         # shared with (persistent) workers: [epoch]
         self._shared = mp.get_context().RawArray("q", 1)
-        # batch buffer slots per worker: 1 = the main process is done with it (BufferPool)
+        # batch buffer slots per worker, one flag byte each (loaders.pool: FREE, OUT, HELD)
         self._pool_flags = mp.get_context().RawArray("b", max(1, config.num_workers) * POOL_SLOTS)
-        self._pools: dict[int, BufferPool] = {}
         # batch buffers the main process owns and the workers write (see SharedPool)
         self._shared_pool: SharedPool | None = None
+        self._pools: dict[int, BufferPool] = {}
         if config.num_workers > 0 and recipe.size is not None and config.output != Output.ENCODED:
             dtype = torch.float32 if config.output == Output.FLOAT else torch.uint8
             self._shared_pool = SharedPool(
                 config.num_workers * POOL_SLOTS,
-                config.batch_size,
-                recipe.size,
-                dtype,
-                config.channels_last,
+                batch_bytes(config.batch_size, [recipe.size], dtype),
+                self._pool_flags,
             )
         # set by StreamingLoader.load_state_dict before workers start
         self.resume: Resume | None = None
@@ -166,13 +164,13 @@ class ShardStreamDataset(IterableDataset):
         """Batches one pass over the current epoch yields on this rank."""
         return self._len if self.resumed() is None else self.plan().remaining_batches
 
-    def _worker_pool(self, worker: int) -> BufferPool:
-        """The batch buffers of one worker: one per worker process (or thread), kept across
-        epochs."""
+    def _worker_pool(self, worker: int) -> BufferPool | None:
+        """The batch slots of one worker process (or thread), kept across epochs (None: no
+        shared pool, batches are allocated)."""
+        if self._shared_pool is None:
+            return None
         if worker not in self._pools:
-            self._pools[worker] = BufferPool(
-                self._pool_flags, worker * POOL_SLOTS, POOL_SLOTS, self._shared_pool
-            )
+            self._pools[worker] = BufferPool(self._shared_pool, worker * POOL_SLOTS, POOL_SLOTS)
         return self._pools[worker]
 
     def resumed(self, epoch: int | None = None) -> Resume | None:
@@ -243,6 +241,9 @@ class ShardStreamDataset(IterableDataset):
             batch_size=c.batch_size,
         )
         in_worker = get_worker_info() is not None
+        pool = self._worker_pool(plan_worker if slot is None else slot) if pooled else None
+        if pool is not None:  # slots of an abandoned pass that never reached the loop
+            pool.reclaim()
         assembler = BatchAssembler(
             DecodeSpec(
                 recipe=self.recipe,
@@ -257,6 +258,6 @@ class ShardStreamDataset(IterableDataset):
             ),
             f"aug:{c.seed}:{self.epoch}",
             shared=pooled and in_worker,
-            pool=self._worker_pool(plan_worker if slot is None else slot) if pooled else None,
+            pool=pool,
         )
         yield from assembler.batches(samples, wplan, c.batch_size)

@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 
 from loaders.config import LoaderConfig
 from loaders.dataset import ShardStreamDataset
-from loaders.pool import Packed, Pooled
+from loaders.pool import HELD, Packed, Pooled
 from loaders.recipe import Recipe
 from loaders.state import restore_state, save_state
 from loaders.topology import Topology, check_topology
@@ -116,6 +116,7 @@ class StreamingLoader:
         self._started = True
         self.batches_delivered = 0
         self.replaced_from = {}
+        self._recycle(-1, None)  # batches of the last pass dropped since
         expected = self.dataset.remaining_batches()
         budget = self._budget()
         pin = self.pin_memory or bool(getattr(self.dataloader, "pin_memory", False))
@@ -133,20 +134,7 @@ class StreamingLoader:
             self.bytes_read += int(batch.pop("num_bytes", 0))
             slot = int(batch.pop("buffer_slot", -1))
             if batch.pop("pooled", False):
-                labels, pixels = batch.get("labels"), batch["pixel_values"]
-                if isinstance(labels, Pooled):
-                    batch["labels"] = labels.resolve().clone()
-                if isinstance(pixels, Pooled) and self.pin_memory:  # a pinned copy: slot free
-                    batch["pixel_values"] = pixels.pin_memory()
-                    self.dataset._pool_flags[slot] = 1
-                    self.buffers_returned += 1
-                    slot = -1
-                elif isinstance(pixels, Pooled):
-                    batch["pixel_values"] = pixels.resolve()  # a view of the pool: recycled later
-                else:  # the pin-memory thread already copied the batch out of the pool
-                    self.dataset._pool_flags[slot] = 1
-                    self.buffers_returned += 1
-                    slot = -1
+                slot = self._unpool(batch, slot)
             for name, value in batch.items():
                 if isinstance(value, Packed):
                     t = value.tensor()
@@ -167,6 +155,23 @@ class StreamingLoader:
                 _where(self.replaced_from),
             )
 
+    def _unpool(self, batch: dict[str, Any], slot: int) -> int:
+        """Resolve a pooled batch's tensors; returns the slot still in use (-1: none)."""
+        pool = self.dataset._shared_pool
+        assert pool is not None
+        labels, pixels = batch.get("labels"), batch["pixel_values"]
+        if isinstance(labels, Pooled):
+            batch["labels"] = labels.resolve().clone()
+        if isinstance(pixels, Pooled) and self.pin_memory:  # a pinned copy: slot free
+            batch["pixel_values"] = pixels.pin_memory()
+        elif isinstance(pixels, Pooled):  # a view of the pool: recycled once unreferenced
+            batch["pixel_values"] = pixels.resolve()
+            pool.flags[slot] = HELD
+            return slot
+        pool.release(slot)  # copied out (here, or by the pin-memory thread)
+        self.buffers_returned += 1
+        return -1
+
     def _budget(self) -> int | None:
         """How many samples this rank may replace this epoch (``max_replaced``), or None."""
         limit = self.config.max_replaced
@@ -179,11 +184,10 @@ class StreamingLoader:
     def _recycle(self, slot: int, pixels: torch.Tensor | None) -> None:
         """Give workers back the buffers of batches nobody references any more (a view keeps
         its base tensor alive, so a dead weak reference means no view is left either)."""
-        flags = self.dataset._pool_flags
         still = []
         for ref, s in self._outstanding:
             if ref() is None:
-                flags[s] = 1
+                self.dataset._shared_pool.release(s)  # type: ignore[union-attr]
                 self.buffers_returned += 1
             else:
                 still.append((ref, s))

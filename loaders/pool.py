@@ -1,4 +1,15 @@
-"""Batch buffers in shared memory: allocated once, reused, handed across as slot numbers."""
+"""Batch buffers in shared memory: allocated once, reused, handed across as slot coordinates.
+
+A slot is a flat stretch of shared memory big enough for one batch of the recipe's largest
+output (the largest size of a size schedule; every view of a multi-crop recipe) plus its labels;
+a batch's tensors are carved out of it (:meth:`SharedPool.carve`) and cross to the main process
+as coordinates (:class:`Pooled`). A slot's flag says who has it: ``FREE`` (the worker may write
+it), ``OUT`` (handed out by the worker, on its way), ``HELD`` (delivered: the main process or
+the user holds a tensor of it). The main process frees a slot (:meth:`SharedPool.release`) once
+no reference to the delivered batch is left; a worker starting a new pass reclaims its ``OUT``
+slots (:meth:`BufferPool.reclaim`), which by then can only be batches of an abandoned pass that
+were never delivered (a ``break`` out of the loop, a validation loop cut short).
+"""
 
 from __future__ import annotations
 
@@ -9,10 +20,20 @@ from typing import Any
 import torch
 
 Size = int | tuple[int, int]  # an int is square
+FREE, OUT, HELD = 1, 0, 2
 
 
 def _hw(size: Size) -> tuple[int, int]:
     return (size, size) if isinstance(size, int) else size
+
+
+def _shape(n: int, size: Size, channels_last: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(shape, strides in elements) of an [n,3,h,w] batch, its memory [n,h,w,3] when
+    ``channels_last``."""
+    h, w = _hw(size)
+    if channels_last:
+        return (n, 3, h, w), (3 * h * w, 1, 3 * w, 3)
+    return (n, 3, h, w), (3 * h * w, h * w, w, 1)
 
 
 def new_batch(
@@ -25,43 +46,43 @@ def new_batch(
     """A [n,3,h,w] tensor (``size`` (h, w), or an int: square), allocated in shared memory
     inside DataLoader workers so that handing it to the main process costs no extra copy; with
     ``channels_last`` its memory is [n,h,w,3] (``torch.channels_last`` strides)."""
-    h, w = _hw(size)
-    numel = n * 3 * h * w
-    shape = (n, h, w, 3) if channels_last else (n, 3, h, w)
-    batch = None
+    shape, stride = _shape(n, size, channels_last)
+    numel = shape[0] * stride[0]
     if shared:
         try:
             itemsize = torch.empty(0, dtype=dtype).element_size()
             storage = torch.UntypedStorage._new_shared(numel * itemsize)
-            batch = torch.empty(0, dtype=dtype).set_(storage).view(shape)
+            return torch.empty(0, dtype=dtype).set_(storage, 0, shape, stride)
         except (AttributeError, RuntimeError):  # private API moved: fall back to a plain tensor
             pass
-    if batch is None:
-        batch = torch.empty(shape, dtype=dtype)
-    return batch.permute(0, 3, 1, 2) if channels_last else batch
+    return torch.empty_strided(shape, stride, dtype=dtype)
+
+
+def batch_bytes(batch_size: int, sizes: list[Size], dtype: torch.dtype, labels: bool = True) -> int:
+    """Bytes of one slot: a batch of each of ``sizes`` (the views of a recipe) and the labels."""
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    pixels = sum(batch_size * 3 * _hw(s)[0] * _hw(s)[1] * itemsize for s in sizes)
+    return _align(pixels) + (batch_size * 8 if labels else 0)
+
+
+def _align(n: int) -> int:
+    return -(-n // 64) * 64
 
 
 class SharedPool:
-    """Batch buffers in shared memory, allocated by the main process before the workers start
+    """Batch slots in shared memory, allocated by the main process before the workers start
     (pages are only touched when first written), so workers inherit them: a batch then
-    crosses to the main process as two integers (:class:`Pooled`) instead of a tensor whose
+    crosses to the main process as a few integers (:class:`Pooled`) instead of a tensor whose
     file descriptor is passed over a socket, with an authentication handshake, for every batch
-    (that cost ~5% of a worker's time here). ``pixels`` [slots, B, 3, S, S], ``labels``
-    [slots, B]."""
+    (that cost ~5% of a worker's time here). ``flags``: one byte per slot (see the module)."""
 
-    def __init__(
-        self,
-        slots: int,
-        batch_size: int,
-        image_size: Size,
-        dtype: torch.dtype,
-        channels_last: bool = False,
-    ) -> None:
+    def __init__(self, slots: int, slot_bytes: int, flags: Any) -> None:
         self.key = uuid.uuid4().hex
-        flat = new_batch(slots * batch_size, image_size, True, dtype, channels_last)
-        self.pixels = flat.unflatten(0, (slots, batch_size))
-        labels = torch.UntypedStorage._new_shared(slots * batch_size * 8)
-        self.labels = torch.empty(0, dtype=torch.int64).set_(labels).view(slots, batch_size)
+        self.slots, self.slot_bytes = slots, _align(slot_bytes)
+        self.storage = torch.UntypedStorage._new_shared(max(1, slots * self.slot_bytes))
+        self.flags = flags
+        for i in range(slots):
+            self.flags[i] = FREE
         _POOLS[self.key] = self
 
     def __getstate__(self) -> dict[str, Any]:
@@ -71,28 +92,58 @@ class SharedPool:
         self.__dict__.update(state)
         _POOLS[self.key] = self
 
+    def carve(
+        self,
+        slot: int,
+        offset: int,
+        n: int,
+        size: Size | None,
+        dtype: torch.dtype,
+        channels_last: bool = False,
+    ) -> tuple[torch.Tensor, Pooled, int]:
+        """A tensor at byte ``offset`` of ``slot`` — [n,3,h,w] of ``size``, or [n] for labels
+        (``size`` None) — its coordinates, and the offset after it."""
+        if size is None:
+            shape, stride = (n,), (1,)
+        else:
+            shape, stride = _shape(n, size, channels_last)
+        itemsize = torch.empty(0, dtype=dtype).element_size()
+        nbytes = _align(shape[0] * stride[0] * itemsize)
+        if offset + nbytes > self.slot_bytes:
+            raise ValueError(f"a batch of {shape} does not fit a {self.slot_bytes}-byte slot")
+        coords = Pooled(self.key, slot, offset, str(dtype).removeprefix("torch."), shape, stride)
+        return coords.resolve(), coords, offset + nbytes
+
+    def release(self, slot: int) -> None:
+        """The main process is done with the batch in ``slot``: a worker may write it again."""
+        self.flags[slot] = FREE
+
 
 _POOLS: dict[str, SharedPool] = {}
 
 
 @dataclass(frozen=True)
 class Pooled:
-    """A batch tensor that stays in the shared pool: ``what`` ("pixels" or "labels") of
-    ``slot``, first ``n`` rows. Resolved in the main process (:meth:`resolve`); the DataLoader's
-    pin-memory thread calls :meth:`pin_memory`, which copies it into pinned memory."""
+    """A batch tensor that stays in the shared pool: its slot, byte offset, dtype, shape and
+    strides. Resolved in the main process (:meth:`resolve`); the DataLoader's pin-memory
+    thread calls :meth:`pin_memory`, which copies it into pinned memory."""
 
     key: str
-    what: str
     slot: int
-    n: int
+    offset: int
+    dtype: str
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
 
     def resolve(self) -> torch.Tensor:
-        """The rows as a tensor of their own (``set_`` on the pool's storage, not a view): views
-        a user takes of it keep *it* alive, which is what tells the pool the slot is in use."""
-        v = getattr(_POOLS[self.key], self.what)[self.slot, : self.n]
-        return torch.empty(0, dtype=v.dtype).set_(
-            v.untyped_storage(), v.storage_offset(), v.shape, v.stride()
-        )
+        """The tensor itself (``set_`` on the pool's storage, not a view of another tensor):
+        views a user takes of it keep *it* alive, which is what tells the pool the slot is in
+        use."""
+        pool = _POOLS[self.key]
+        dtype = getattr(torch, self.dtype)
+        itemsize = torch.empty(0, dtype=dtype).element_size()
+        start = (self.slot * pool.slot_bytes + self.offset) // itemsize
+        return torch.empty(0, dtype=dtype).set_(pool.storage, start, self.shape, self.stride)
 
     def pin_memory(self, device: Any = None) -> torch.Tensor:
         return self.resolve().pin_memory()
@@ -119,50 +170,31 @@ PACK_LIMIT = 1 << 20  # tensors up to this many bytes cross as Packed
 
 
 class BufferPool:
-    """Shared-memory batch buffers a DataLoader worker reuses once the main process is done.
+    """One worker's slots of a :class:`SharedPool` (``size`` of them from ``base``).
 
     A fresh 9.6 MB shared-memory batch (64 x 3 x 224 x 224) costs ~5.5 ms in page faults alone
-    (~85 us per sample, measured here), against ~0.15 ms for reusing memory. ``flags`` is a
-    byte array shared with the main process: the worker sets a slot's flag to 0 when it hands
-    the buffer out; the main process sets it to 1 once the batch tensor it delivered is gone
-    (no reference, no view left), and only then is the buffer written again. With ``shared``
-    (a :class:`SharedPool` made by the main process) the buffers are that pool's slots, partial
-    batches included; otherwise the worker allocates them, and partial batches and a pool with
-    no free slot get a fresh buffer (slot -1)."""
+    (~85 us per sample, measured here), against ~0.15 ms for reusing memory. :meth:`get` hands
+    out a free slot (flag ``OUT``), or -1 when none is free (then the caller allocates)."""
 
-    def __init__(self, flags: Any, base: int, size: int, shared: SharedPool | None = None) -> None:
-        self.flags = flags
+    def __init__(self, shared: SharedPool, base: int, size: int) -> None:
+        self.shared = shared
         self.base = base
         self.size = size
-        self.shared = shared
-        self.buffers: list[torch.Tensor | None] = [None] * size
 
-    def get(
-        self,
-        n: int,
-        image_size: Size,
-        dtype: torch.dtype = torch.uint8,
-        channels_last: bool = False,
-    ) -> tuple[torch.Tensor, int]:
-        sh = self.shared
-        if sh is not None and sh.pixels.dtype == dtype and n <= sh.pixels.shape[1]:
-            for slot in range(self.size):
-                g = self.base + slot
-                if self.buffers[slot] is None or self.flags[g] == 1:
-                    self.buffers[slot] = sh.pixels[g]
-                    self.flags[g] = 0
-                    return sh.pixels[g, :n], g
-            return new_batch(n, image_size, True, dtype, channels_last), -1
-        for slot, buf in enumerate(self.buffers):
-            if buf is None:
-                buf = new_batch(n, image_size, True, dtype, channels_last)
-                self.buffers[slot] = buf
-            elif (
-                self.flags[self.base + slot] != 1
-                or tuple(buf.shape) != (n, 3, *_hw(image_size))
-                or buf.dtype != dtype
-            ):
-                continue
-            self.flags[self.base + slot] = 0
-            return buf, self.base + slot
-        return new_batch(n, image_size, True, dtype, channels_last), -1
+    def get(self) -> int:
+        flags = self.shared.flags
+        for g in range(self.base, self.base + self.size):
+            if flags[g] == FREE:
+                flags[g] = OUT
+                return g
+        return -1
+
+    def reclaim(self) -> int:
+        """At the start of a pass: slots handed out and never delivered (an abandoned pass)
+        are free again. Returns how many."""
+        flags, n = self.shared.flags, 0
+        for g in range(self.base, self.base + self.size):
+            if flags[g] == OUT:
+                flags[g] = FREE
+                n += 1
+        return n

@@ -4,24 +4,32 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from loaders import make_loader
 from loaders.pool import BufferPool
 
 
-def test_pool_reuses_only_released_slots() -> None:
+def test_pool_hands_out_only_free_slots_and_reclaims_undelivered_ones() -> None:
+    from loaders.pool import FREE, HELD, OUT, SharedPool, batch_bytes
+
     flags = bytearray(4)
-    pool = BufferPool(flags, base=2, size=2)
-    _a, sa = pool.get(4, 8)
-    b, sb = pool.get(4, 8)
-    _c, sc = pool.get(4, 8)  # both slots handed out: a fresh, unpooled buffer
-    assert (sa, sb, sc) == (2, 3, -1)
-    flags[3] = 1  # the main process let go of b
-    d, sd = pool.get(4, 8)
-    assert sd == 3 and d.data_ptr() == b.data_ptr() and flags[3] == 0
-    e, se = pool.get(3, 8)  # another shape never takes a pooled buffer
-    assert se == -1 and e.shape[0] == 3
+    shared = SharedPool(4, batch_bytes(5, [8], torch.uint8), flags)
+    pool = BufferPool(shared, base=2, size=2)
+    assert (pool.get(), pool.get(), pool.get()) == (2, 3, -1)  # both taken: the caller allocates
+    a, coords, end = shared.carve(2, 0, 5, 8, torch.uint8)
+    b, _, _ = shared.carve(3, 0, 3, (4, 6), torch.uint8, channels_last=True)
+    assert a.data_ptr() == coords.resolve().data_ptr() and end >= a.numel()
+    assert b.shape == (3, 3, 4, 6) and b.is_contiguous(memory_format=torch.channels_last)
+    a.fill_(7)
+    assert torch.equal(coords.resolve(), a)  # the main process sees the worker's pixels
+    flags[2] = HELD  # delivered: the user holds it
+    assert pool.reclaim() == 1 and flags[3] == FREE and flags[2] == HELD  # 3 was never delivered
+    shared.release(2)
+    assert flags[2] == FREE and pool.get() == 2 and flags[2] == OUT
+    with pytest.raises(ValueError, match="does not fit"):
+        shared.carve(2, 0, 6, 8, torch.uint8)
 
 
 def test_held_batches_and_views_are_never_overwritten(learnable_dataset: Path) -> None:
@@ -53,29 +61,32 @@ def test_worker_batches_arrive_in_the_main_process_pool_without_copies(
     loader = make_loader(learnable_dataset, 7, image_size=16, num_workers=2, pin_memory=False)
     pool = loader.dataset._shared_pool
     assert pool is not None
-    start = pool.pixels.untyped_storage().data_ptr()
-    end = start + pool.pixels.untyped_storage().nbytes()
+    start = pool.storage.data_ptr()
+    end = start + pool.storage.nbytes()
     sizes = []
     for batch in loader:
         ptr = batch["pixel_values"].data_ptr()
         assert start <= ptr < end
         assert batch["pixel_values"]._base is None  # its own tensor: views keep it alive
-        assert batch["labels"].untyped_storage().data_ptr() != pool.labels.data_ptr()
+        assert not start <= batch["labels"].data_ptr() < end  # labels are copies
         sizes.append(len(batch["keys"]))
     assert sizes[-1] < 7  # 120 samples: the partial batch came through the pool too
 
 
-def test_shared_pool_slots_are_reused_only_when_released() -> None:
-    from loaders.pool import SharedPool
-
-    flags = bytearray(4)
-    shared = SharedPool(4, 5, 8, torch.uint8)
-    pool = BufferPool(flags, base=2, size=2, shared=shared)
-    a, sa = pool.get(5, 8)
-    b, sb = pool.get(3, 8)  # a partial batch takes a slot too
-    _c, sc = pool.get(5, 8)  # none free: a fresh buffer
-    assert (sa, sb, sc) == (2, 3, -1)
-    assert a.data_ptr() == shared.pixels[2].data_ptr() and b.shape[0] == 3
-    flags[2] = 1
-    d, sd = pool.get(5, 8)
-    assert sd == 2 and d.data_ptr() == a.data_ptr() and flags[2] == 0
+def test_abandoned_passes_do_not_leak_pool_slots(learnable_dataset: Path) -> None:
+    """A pass cut short (break after one batch) leaves batches on their way in its slots;
+    the next pass reclaims them, so after many abandoned passes every batch still comes
+    through the pool (without it, each pass leaked prefetched slots until none was left)."""
+    for mode in ("process", "thread"):
+        loader = make_loader(
+            learnable_dataset, 4, image_size=16, num_workers=2, prefetch_factor=2, worker_mode=mode
+        )
+        pool = loader.dataset._shared_pool
+        start = pool.storage.data_ptr()
+        end = start + pool.storage.nbytes()
+        for _ in range(12):
+            for batch in loader:
+                del batch
+                break
+        ptrs = [b["pixel_values"].data_ptr() for b in loader]
+        assert all(start <= p < end for p in ptrs), mode
