@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from loaders.plan import Uneven
 from loaders.recipe import as_size
@@ -29,7 +30,8 @@ class OnError(StrEnum):
 @dataclass(frozen=True, kw_only=True)
 class LoaderConfig:
     batch_size: int = 64
-    image_size: int | tuple[int, int] | None = None  # None: 224, or the transform's own
+    # None: 224, or the transform's own; a mapping or callable: a size per epoch
+    image_size: Any = None
     train: bool = True
     shuffle: bool = True
     shuffle_buffer: int = 2000
@@ -43,6 +45,7 @@ class LoaderConfig:
     scaled_decode: bool = True  # large JPEG regions decoded at 1/2, 1/4, 1/8 scale (augment.py)
     max_replaced: int | float | None = None  # samples a rank may replace per epoch (or a share)
     worker_mode: WorkerMode = WorkerMode.PROCESS
+    repeats: int = 1  # repeated augmentation: each epoch's samples k times over (loaders.plan)
 
     def __post_init__(self) -> None:
         for name in ("uneven", "output", "on_error", "worker_mode"):
@@ -60,12 +63,14 @@ class LoaderConfig:
                 raise ConfigError(f"{name}={value!r} is not one of {choices}") from None
         if self.batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.image_size is not None:
+        if isinstance(self.image_size, int | tuple | list):
             size = as_size(self.image_size)
             if min(size) < 8:
                 raise ConfigError(f"image_size must be >= 8, got {self.image_size}")
         if self.shuffle_buffer < 0:
             raise ConfigError(f"shuffle_buffer must be >= 0, got {self.shuffle_buffer}")
+        if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats < 1:
+            raise ConfigError(f"repeats must be an int >= 1, got {self.repeats!r}")
         if self.num_workers < 0:
             raise ConfigError(f"num_workers must be >= 0, got {self.num_workers}")
         if self.uneven is Uneven.MASK and self.drop_last:

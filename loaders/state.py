@@ -73,6 +73,7 @@ def save_state(ds: ShardStreamDataset, batches_delivered: int) -> dict[str, Any]
         ],
         "mixture": {
             "epoch_size": mixture.epoch_size,
+            "repeats": mixture.repeats,
             "sources": [
                 {
                     "identity": ds.sources[i].index.identity,
@@ -126,11 +127,12 @@ def restore_state(ds: ShardStreamDataset, state: dict[str, Any]) -> None:
         saved = _saved_sources(state)
         epoch_size = state.get("mixture", {}).get("epoch_size")
         epoch_size = None if epoch_size is None else int(epoch_size)
+        repeats = int(state.get("mixture", {}).get("repeats", 1))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ConfigError(f"malformed loader state: {exc!r}") from None
     if not history or epoch < 0 or not saved:
         raise ConfigError("malformed loader state: no segments or no sources")
-    old, ids = _interrupted_mixture(ds, saved, epoch_size, epoch)
+    old, ids = _interrupted_mixture(ds, saved, epoch_size, epoch, repeats)
     ds.set_epoch(epoch)
     ds.resume = Resume(epoch, history, old, ids)
     ds.mixture = _carried(ds, old, ids, epoch + 1)
@@ -158,10 +160,15 @@ def _saved_sources(state: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _interrupted_mixture(
-    ds: ShardStreamDataset, saved: list[dict[str, Any]], epoch_size: int | None, epoch: int
+    ds: ShardStreamDataset,
+    saved: list[dict[str, Any]],
+    epoch_size: int | None,
+    epoch: int,
+    repeats: int = 1,
 ) -> tuple[Mixture, tuple[int, ...]]:
-    """The mixture the interrupted epoch was planned with, over the loader's sources found by
-    identity (in order, so a data set listed twice is matched twice)."""
+    """The mixture the interrupted epoch was planned with (its ``repeats`` too), over the
+    loader's sources found by identity (in order, so a data set listed twice is matched
+    twice)."""
     free = list(range(len(ds.sources)))
     ids, sources, cursors = [], [], []
     for n, s in enumerate(saved):
@@ -178,7 +185,9 @@ def _interrupted_mixture(
         ids.append(match)
         sources.append(MixSource(src.index.sizes, s["weight"], src.key))
         cursors.append(s["cursor"])
-    mixture = Mixture(tuple(sources), epoch_size, start_epoch=epoch, cursors=tuple(cursors))
+    mixture = Mixture(
+        tuple(sources), epoch_size, start_epoch=epoch, cursors=tuple(cursors), repeats=repeats
+    )
     return mixture, tuple(ids)
 
 
@@ -189,5 +198,7 @@ def _carried(ds: ShardStreamDataset, old: Mixture, ids: tuple[int, ...], start: 
     cursors = [0] * len(ds.sources)
     for i, c in zip(ids, after, strict=True):
         cursors[i] = c
-    own = ds.mixture
-    return Mixture(own.sources, own.epoch_size, start_epoch=start, cursors=tuple(cursors))
+    own = ds.mixture  # its own repeats too: a changed k applies from the next epoch
+    return Mixture(
+        own.sources, own.epoch_size, start_epoch=start, cursors=tuple(cursors), repeats=own.repeats
+    )

@@ -187,7 +187,16 @@ class EpochItems:
         cursors = mix.cursors_at(epoch)
         self.total = sum(self.shares)
         self.sources = [
-            SourceEpoch(src, i, share, cursor, seed=seed, epoch=epoch, shuffle=shuffle)
+            SourceEpoch(
+                src,
+                i,
+                share,
+                cursor,
+                seed=seed,
+                epoch=epoch,
+                shuffle=shuffle,
+                repeats=mix.repeats,
+            )
             if share
             else None
             for i, (src, share, cursor) in enumerate(

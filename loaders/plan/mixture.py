@@ -9,6 +9,16 @@
   the previous epoch's window stopped (the source's cursor): every sample is seen once before
   any is seen again, and every sample comes ``s // n`` or ``s // n + 1`` times per epoch.
 - ``Slice.rep`` numbers the passes, so a repeated sample gets its own augmentation draw.
+- Repeated augmentation (``repeats=k``, DeiT's RASampler done right for a streaming loader): a
+  source's epoch share ``s`` is made of ``d = ceil(s / k)`` distinct samples (its walk and
+  passes as above, sized ``d``), listed ``k`` times over in the same order, each copy with its
+  own ``rep`` (its own augmentation draw), the sequence cut at ``s``: the last ``k*d - s``
+  samples of the last copy are dropped, so those samples come ``k - 1`` times (for shares of at
+  least ``k*(k-1) + 1``; each sample comes ``s // d`` or ``s // d + 1`` times). Copies of a
+  sample lie ``d`` positions apart, at least a rank's span, so with ``world_size >= k`` the
+  ``k`` copies go to ``k`` different ranks; the cursor advances by ``d`` per epoch, so every
+  sample of a source is used within ``ceil(n / d)`` consecutive epochs (``k`` for a source read
+  whole).
 
 A single source with its own size as the epoch (the default) plans exactly what ``plan_epoch``
 always planned: one pass, in the epoch's seeded shard order, rotated by a seeded offset.
@@ -49,6 +59,7 @@ class Mixture:
     epoch_size: int | None = None
     start_epoch: int = 0
     cursors: tuple[int, ...] = field(default=())
+    repeats: int = 1  # copies of each sample per epoch (repeated augmentation)
 
     def __post_init__(self) -> None:
         if not self.sources:
@@ -62,6 +73,8 @@ class Mixture:
             raise ConfigError(f"epoch_size must be >= 1, got {self.epoch_size}")
         if self.cursors and len(self.cursors) != len(self.sources):
             raise ConfigError("one cursor per source")
+        if not isinstance(self.repeats, int) or self.repeats < 1:
+            raise ConfigError(f"repeats must be an int >= 1, got {self.repeats!r}")
 
     @property
     def total(self) -> int:
@@ -75,11 +88,15 @@ class Mixture:
     def shares(self) -> list[int]:
         return apportion(self.total, [s.weight for s in self.sources])
 
+    def distinct(self) -> list[int]:
+        """Distinct samples each source gives an epoch: its share, or ``ceil(share / repeats)``."""
+        return [-(-s // self.repeats) for s in self.shares()]
+
     def cursors_at(self, epoch: int) -> list[int]:
         """Samples taken from each source before ``epoch`` (for ``epoch >= start_epoch``)."""
         base = self.cursors or (0,) * len(self.sources)
         done = max(0, epoch - self.start_epoch)
-        return [c + done * s for c, s in zip(base, self.shares(), strict=True)]
+        return [c + done * d for c, d in zip(base, self.distinct(), strict=True)]
 
 
 def apportion(total: int, weights: Sequence[float]) -> list[int]:
@@ -109,6 +126,13 @@ class Pass:
         self.total = int(self.ends[-1])
         self.offset = offset % self.total if self.total else 0
         self.source, self.rep = source, rep
+
+    def copy(self, rep: int) -> Pass:
+        """The same pass as another occurrence (``rep``): the same samples, their own draws."""
+        other = object.__new__(Pass)
+        other.__dict__.update(self.__dict__)
+        other.rep = rep
+        return other
 
     def slices(self, start: int, length: int) -> list[Slice]:
         """Slices covering positions [start, start + length) of the rotated pass (wrapping)."""
@@ -150,11 +174,13 @@ class SourceEpoch:
         seed: int,
         epoch: int,
         shuffle: bool,
+        repeats: int = 1,
     ) -> None:
         sizes = np.asarray(src.sizes, dtype=np.int64)
         n = int(sizes.sum())
         self.share = share
-        q, m = divmod(share, n)
+        distinct = -(-share // repeats)
+        q, m = divmod(distinct, n)
         self.parts: list[tuple[int, Pass, int]] = []  # (length, pass, first position in it)
         for rep in range(q):
             if shuffle:
@@ -175,6 +201,14 @@ class SourceEpoch:
             else:
                 walk = np.arange(len(sizes))
             self.parts.append((m, Pass(sizes, walk, 0, index, q), cursor % n))
+        if repeats > 1:  # the distinct samples k times over, each copy its own occurrences
+            reps = q + (1 if m else 0)
+            once = self.parts
+            self.parts = [
+                (length, p.copy(p.rep + c * reps) if c else p, first)
+                for c in range(repeats)
+                for length, p, first in once
+            ]
 
     def take(self, start: int, length: int) -> list[Slice]:
         out: list[Slice] = []
