@@ -72,6 +72,7 @@ def main() -> None:
         fields_fn=Tokenize("caption", length=32),  # -> batch["caption_ids"], int64 [B, 32]
         image_size=args.image_size,
         num_workers=args.workers,
+        drop_last=True,  # a contrastive batch of one sample has no negatives
     )
     model = DDP(TinyCLIP().to(device))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)

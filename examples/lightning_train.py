@@ -58,7 +58,7 @@ class ShardData(L.LightningDataModule):
 
     def train_dataloader(self):
         # built here, after Lightning started the process group: the loader reads this rank
-        return make_loader(self.data, self.batch_size, **self.kw)
+        return make_loader(self.data, self.batch_size, drop_last=True, **self.kw)
 
     def val_dataloader(self):
         if self.val is None:

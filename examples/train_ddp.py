@@ -52,6 +52,12 @@ def parse_args() -> argparse.Namespace:
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
+        "--keep-last",
+        action="store_true",
+        help="keep each rank's final partial batch (default: drop it, as reference training "
+        "scripts do: a batch of one sample breaks BatchNorm)",
+    )
+    p.add_argument(
         "--on-error",
         choices=["raise", "skip"],
         default="raise",
@@ -167,6 +173,7 @@ def main() -> None:
         cache_limit=args.cache_limit,
         output="encoded" if args.gpu_decode else "uint8",
         channels_last=cuda,  # the model's layout: the copy to the GPU needs no conversion
+        drop_last=not args.keep_last,
     )
     decoder = DeviceDecoder(args.image_size, device=device) if args.gpu_decode else None
     val_loader = None

@@ -239,6 +239,7 @@ def test_torchrun_job_with_damaged_shards_under_skip(packed: Path, tmp_path: Pat
     out = tmp_path / "report"
     args = ["--data", str(ds), "--device", "cpu", "--epochs", "2", "--batch-size", str(BATCH)]
     args += ["--image-size", "32", "--workers", "1", "--on-error", "skip", "--out", str(out)]
+    args += ["--keep-last"]  # every planned sample read, the unreadable ones counted
     torchrun(2, *args)
     reports = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
     for e in range(2):

@@ -36,6 +36,7 @@ def _cmd(nproc: int, data: Path, run: Path, *extra: str) -> list[str]:
         "1",
         "--keys-log",
         str(run),
+        "--keep-last",  # every sample of an epoch, so that coverage across the resume is exact
         *extra,
     )
 
