@@ -7,7 +7,18 @@ from loaders.augment import normalize
 from loaders.device import DeviceDecoder
 from loaders.loader import StreamingLoader
 from loaders.make import make_loader
+from loaders.recipe.book import per_size
+from loaders.recipe.schedule import linear_ramp
 from loaders.source import Source
 from wdstool.base.retry import RetryPolicy
 
-__all__ = ["DeviceDecoder", "RetryPolicy", "Source", "StreamingLoader", "make_loader", "normalize"]
+__all__ = [
+    "DeviceDecoder",
+    "RetryPolicy",
+    "Source",
+    "StreamingLoader",
+    "linear_ramp",
+    "make_loader",
+    "normalize",
+    "per_size",
+]

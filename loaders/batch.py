@@ -22,6 +22,7 @@ from loaders.plan import WorkerPlan
 from loaders.pool import PACK_LIMIT, BufferPool, Packed, Pooled, new_batch
 from loaders.read import Located
 from loaders.recipe import Recipe, Seeder, Where, check_output, to_row
+from loaders.recipe.views import run_views
 from loaders.schema import FieldBatcher, SampleSchema
 from wdstool.base.errors import SampleError, ShardError, WdsToolError
 from wdstool.format.fields import FieldError
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 class Decoded(NamedTuple):
     """One sample as the assembler batches it."""
 
-    image: Any  # the recipe's tensor; output="encoded": (bytes, Geometry)
+    image: Any  # the recipe's tensor per view; output="encoded": (bytes, Geometry)
     label: int | None
     key: str
     fields: dict[str, Any] | None
@@ -44,8 +45,9 @@ class Decoded(NamedTuple):
 
 @dataclass(frozen=True, kw_only=True)
 class DecodeSpec:
-    recipe: Recipe
+    recipes: tuple[Recipe, ...]  # one per view (one without views)
     output: str  # "uint8" | "float" | "encoded"
+    views: bool = False  # batches carry "views" (a list per recipe) instead of "pixel_values"
     where: Where = Where.WORKER  # who runs the recipe's random ops (their seeding)
     on_error: str = "raise"  # "raise" | "skip"
     channels_last: bool = False  # batches in [B,S,S,3] memory (torch.channels_last strides)
@@ -53,6 +55,10 @@ class DecodeSpec:
     schemas: tuple[SampleSchema, ...] = (SampleSchema(),)  # per source: label, extra fields
     source_ids: tuple[int, ...] | None = None  # batches carry "source": source_ids[i] for i
     with_valid: bool = False  # batches carry "valid" (uneven="mask"): False for padding
+
+    @property
+    def recipe(self) -> Recipe:
+        return self.recipes[0]
 
 
 def _image_part(loc: Located) -> tuple[bytes, str]:
@@ -90,12 +96,13 @@ class BatchAssembler:
         self.shared = shared
         self.pool = pool
         self._scratch: torch.Tensor | None = None
-        self._dest: torch.Tensor | None = None  # the batch slot the next decode may write into
+        self._dest: list[Any] = [None] * len(spec.recipes)  # per view: where the head writes
         self.replaced = 0
         self.bytes_read = 0
         self.replaced_from: dict[str, int] = {}  # shard URL -> samples replaced, this batch
-        self._seeder = Seeder(spec.where, spec.recipe.opaque)
-        self._shape: tuple[Any, ...] | None = None  # what every output must be, once known
+        self._seeder = Seeder(spec.where, any(r.opaque for r in spec.recipes))
+        # per view, what every output must be, once known
+        self._shapes: list[tuple[Any, ...] | None] = [None] * len(spec.recipes)
         self._fields = FieldBatcher()
         self._labelled = any(s.label is not None for s in spec.schemas)
         self._fielded = any(s.fields or s.fields_fn is not None for s in spec.schemas)
@@ -144,44 +151,44 @@ class BatchAssembler:
         label, values = self._meta(loc)
         key = loc.sample.key  # type: ignore[union-attr]
         where = f"{loc.url}: sample {key!r}"
+        spec = self.spec
         try:
             data, _ext = _image_part(loc)
-            img = self.spec.recipe(
-                data,
-                self._rng(loc),
-                self._seeder,
-                self._dest,
-                scaled=self.spec.scaled_decode,
-                where=where,
-            )
+            rng = self._rng(loc)
+            kw = dict(scaled=spec.scaled_decode, where=where)
+            if spec.views:  # each view from its own generator: seeded per (sample, view)
+                base = rng.getrandbits(64)
+                rngs = [random.Random(base + v) for v in range(len(spec.recipes))]
+                images = run_views(spec.recipes, data, rngs, self._seeder, self._dest, **kw)
+            else:
+                images = [spec.recipe(data, rng, self._seeder, self._dest[0], **kw)]  # type: ignore[arg-type]
         except WdsToolError:
             raise
         except Exception as exc:  # a transform or a decoder bug: name the sample
             raise SampleError(f"{where}: {type(exc).__name__}: {exc}") from exc
-        if img is not self._dest:
-            self._check(img, where)
-        return Decoded(img, label, key, values, loc.source, not loc.pad)
+        for v, img in enumerate(images):
+            if img is not self._dest[v]:
+                self._check(img, where, v)
+        return Decoded(images, label, key, values, loc.source, not loc.pad)
 
-    def _check(self, img: Any, where: str) -> None:
+    def _check(self, img: Any, where: str, view: int) -> None:
         """A transform's output: a [3,H,W] tensor of the dtype ``output`` allows (ConfigError
         otherwise), of the shape and dtype every other sample has (SampleError otherwise)."""
-        if isinstance(img, torch.Tensor) and (img.dtype, *img.shape) == self._shape:
+        if isinstance(img, torch.Tensor) and (img.dtype, *img.shape) == self._shapes[view]:
             return
         check_output(img, where, torch.uint8 if self.spec.output == "uint8" else None)
-        size = self.spec.recipe.size
-        first = self._shape
-        if first is None and size is not None:
-            first = (self.spec.recipe.dtype, 3, *size)
+        recipe = self.spec.recipes[view]
+        first = self._shapes[view]
+        if first is None and recipe.size is not None:
+            first = (recipe.dtype, 3, *recipe.size)
         got = (img.dtype, *img.shape)
-        if first is None:
-            self._shape = got
-        elif got != first:
+        if first is not None and got != first:
+            name = f"view {view} of the transform" if self.spec.views else "the transform"
             raise SampleError(
-                f"{where}: the transform returned {_fmt(got)} where the other samples are "
+                f"{where}: {name} returned {_fmt(got)} where the other samples are "
                 f"{_fmt(first)}; a batch needs one size and dtype"
             )
-        else:
-            self._shape = got
+        self._shapes[view] = got
 
     def decoded(self, samples: Iterable[Located]) -> Iterator[Decoded]:
         """One (image, label, key, fields, source, valid) per input sample. Under
@@ -235,7 +242,10 @@ class BatchAssembler:
             if labels is not None and out.slot >= 0:
                 view, labels = out.tensor(None, torch.int64)
                 view.copy_(meta.labels)
-            out_batch: dict[str, Any] = {"pixel_values": out.send(pixels[0])}
+            if self.spec.views:
+                out_batch: dict[str, Any] = {"views": [out.send(p) for p in pixels]}
+            else:
+                out_batch = {"pixel_values": out.send(pixels[0])}
             meta.into(out_batch, labels)
             out_batch.update(
                 num_replaced=self.replaced - before,
@@ -251,41 +261,54 @@ class BatchAssembler:
         """The next ``n`` samples' pixels as batch tensors (one per view), and the rest of what
         they carry.
 
-        Where the recipe's output size is known the head writes each sample straight into the
+        Where a recipe's output size is known its head writes each sample straight into the
         batch buffer (a uint8 scratch when the batch is float: normalized into the buffer at
         the end); a tail's result is copied in. Otherwise the outputs are stacked."""
-        recipe, output = self.spec.recipe, self.spec.output
+        output = self.spec.output
+        dtype = torch.float32 if output == "float" else torch.uint8
         meta = _BatchMeta(n, self)
-        final = work = None
-        if recipe.size is not None:
-            final = out.tensor(recipe.size, torch.float32 if output == "float" else torch.uint8)[0]
-            work = final
-            if final.dtype != torch.uint8:  # the head's uint8 pixels go to a scratch
-                if self._scratch is None or tuple(self._scratch.shape) != (n, 3, *recipe.size):
-                    cl = self.spec.channels_last
-                    self._scratch = new_batch(n, recipe.size, False, torch.uint8, cl)
-                work = self._scratch
-        outputs: list[torch.Tensor] = []
+        finals: list[torch.Tensor | None] = []
+        works: list[torch.Tensor | None] = []
+        for recipe in self.spec.recipes:
+            final = out.tensor(recipe.size, dtype)[0] if recipe.size is not None else None
+            finals.append(final)
+            works.append(final if final is None or final.dtype == torch.uint8 else self._work(n))
+        stacked: list[list[torch.Tensor]] = [[] for _ in finals]
         for i in range(n):
-            self._dest = None if work is None else work[i]  # the head resizes into it
+            self._dest = [None if w is None else w[i] for w in works]  # the heads write there
             got = _next_sample(it, plan)
-            self._dest = None
-            img = got.image
-            if final is None or work is None:
-                outputs.append(img)
-            elif img.data_ptr() != work[i].data_ptr():
-                (work if img.dtype == torch.uint8 else final)[i].copy_(img)
+            self._dest = [None] * len(works)
+            for v, img in enumerate(got.image):
+                work, final = works[v], finals[v]
+                if work is None or final is None:
+                    stacked[v].append(img)
+                elif img.data_ptr() != work[i].data_ptr():
+                    (work if img.dtype == torch.uint8 else final)[i].copy_(img)
             meta.add(i, got)
-        if final is None:
-            batch = torch.stack(outputs)
-            if self.spec.channels_last:  # an opaque transform's images
-                batch = batch.contiguous(memory_format=torch.channels_last)
-            if output == "float" and batch.dtype == torch.uint8:
-                batch = normalize(batch)
-            return [batch], meta
-        if work is not final and recipe.dtype == torch.uint8:
-            normalize_into(work, final)
-        return [final], meta
+        batches = []
+        for v, recipe in enumerate(self.spec.recipes):
+            final, work = finals[v], works[v]
+            if final is None:
+                batch = torch.stack(stacked[v])
+                if self.spec.channels_last:  # an opaque transform's images
+                    batch = batch.contiguous(memory_format=torch.channels_last)
+                if output == "float" and batch.dtype == torch.uint8:
+                    batch = normalize(batch)
+                batches.append(batch)
+                continue
+            if work is not final and recipe.dtype == torch.uint8:
+                normalize_into(work, final)
+            batches.append(final)
+        return batches, meta
+
+    def _work(self, n: int) -> torch.Tensor:
+        """The uint8 scratch a float batch's heads write into (never shared: the normalized
+        float batch leaves the worker)."""
+        size = self.spec.recipe.size
+        assert size is not None
+        if self._scratch is None or tuple(self._scratch.shape) != (n, 3, *size):
+            self._scratch = new_batch(n, size, False, torch.uint8, self.spec.channels_last)
+        return self._scratch
 
     def _encoded_batches(
         self, it: Iterator[Decoded], sizes: list[int], plan: WorkerPlan

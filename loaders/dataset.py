@@ -31,7 +31,8 @@ from loaders.plan import (
 )
 from loaders.pool import BufferPool, SharedPool, batch_bytes
 from loaders.read import SourceReader, shard_reader, worker_stream
-from loaders.recipe import Recipe, Where, build_recipe
+from loaders.recipe import Recipe, Where
+from loaders.recipe.book import Recipes
 from loaders.schema import SampleSchema
 from loaders.source import DatasetIndex, ShardAccess
 from loaders.topology import Topology
@@ -88,22 +89,23 @@ class ShardStreamDataset(IterableDataset):
         config: LoaderConfig,
         topology: Topology,
         *,
-        recipe: Recipe | None = None,
+        recipes: Recipes | None = None,
         epoch_size: int | None = None,
         with_source: bool = False,
     ) -> None:
-        """``recipe``: what turns each image into the batch's pixels (default: the built-in
-        train or eval recipe of ``config``)."""
+        """``recipes``: what turns each image into the batch's pixels, per epoch and view
+        (default: the built-in train or eval recipe of ``config``)."""
         self.sources = tuple(sources)
         self.config = config
         self.topology = topology
-        if recipe is None:
-            recipe = build_recipe(None, train=config.train, image_size=config.image_size)
-        self.recipe = recipe
+        if recipes is None:
+            recipes = Recipes(None, train=config.train, image_size=config.image_size)
+        self.recipes = recipes
         self.with_source = with_source
         self.mixture = Mixture(
             tuple(MixSource(s.index.sizes, s.weight, s.key) for s in self.sources),
             epoch_size,
+            repeats=config.repeats,
         )
         # shared with (persistent) workers: [epoch]
         self._shared = mp.get_context().RawArray("q", 1)
@@ -112,11 +114,12 @@ class ShardStreamDataset(IterableDataset):
         # batch buffers the main process owns and the workers write (see SharedPool)
         self._shared_pool: SharedPool | None = None
         self._pools: dict[int, BufferPool] = {}
-        if config.num_workers > 0 and recipe.size is not None and config.output != Output.ENCODED:
+        sizes = recipes.largest()  # sized once, for the largest of a size schedule
+        if config.num_workers > 0 and None not in sizes and config.output != Output.ENCODED:
             dtype = torch.float32 if config.output == Output.FLOAT else torch.uint8
             self._shared_pool = SharedPool(
                 config.num_workers * POOL_SLOTS,
-                batch_bytes(config.batch_size, [recipe.size], dtype),
+                batch_bytes(config.batch_size, sizes, dtype),  # type: ignore[arg-type]
                 self._pool_flags,
             )
         # set by StreamingLoader.load_state_dict before workers start
@@ -138,6 +141,11 @@ class ShardStreamDataset(IterableDataset):
     @property
     def epoch(self) -> int:
         return int(self._shared[0])
+
+    @property
+    def recipe(self) -> Recipe:
+        """The current epoch's recipe (the first view's, with views)."""
+        return self.recipes.at(self.epoch)[0]
 
     def set_epoch(self, epoch: int) -> None:
         if epoch < 0:
@@ -246,7 +254,8 @@ class ShardStreamDataset(IterableDataset):
             pool.reclaim()
         assembler = BatchAssembler(
             DecodeSpec(
-                recipe=self.recipe,
+                recipes=self.recipes.at(self.epoch),
+                views=self.recipes.views is not None,
                 output=c.output.value,
                 where=Where.WORKER if in_worker else Where.THREAD if pooled else Where.MAIN,
                 on_error=c.on_error.value,

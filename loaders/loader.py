@@ -55,7 +55,7 @@ class StreamingLoader:
         self._started = False
         self.num_replaced = 0  # all epochs
         self.replaced_from: dict[str, int] = {}  # this epoch: shard URL -> samples replaced
-        self._outstanding: list[tuple[weakref.ref[torch.Tensor], int]] = []
+        self._outstanding: list[tuple[list[weakref.ref[torch.Tensor]], int]] = []
         self.buffers_returned = 0  # batch buffers handed back to workers for reuse
         self.batches_delivered = 0  # in the current pass over the loader
         self.bytes_read = 0  # compressed bytes of the samples delivered (all epochs)
@@ -116,7 +116,7 @@ class StreamingLoader:
         self._started = True
         self.batches_delivered = 0
         self.replaced_from = {}
-        self._recycle(-1, None)  # batches of the last pass dropped since
+        self._recycle(-1, [])  # batches of the last pass dropped since
         expected = self.dataset.remaining_batches()
         budget = self._budget()
         pin = self.pin_memory or bool(getattr(self.dataloader, "pin_memory", False))
@@ -139,7 +139,7 @@ class StreamingLoader:
                 if isinstance(value, Packed):
                     t = value.tensor()
                     batch[name] = t.pin_memory() if pin else t
-            self._recycle(slot, batch.get("pixel_values"))
+            self._recycle(slot, batch.get("views") or [batch.get("pixel_values")])
             self.batches_delivered += 1
             yield batch
         if self.batches_delivered != expected:
@@ -159,13 +159,18 @@ class StreamingLoader:
         """Resolve a pooled batch's tensors; returns the slot still in use (-1: none)."""
         pool = self.dataset._shared_pool
         assert pool is not None
-        labels, pixels = batch.get("labels"), batch["pixel_values"]
+        labels = batch.get("labels")
         if isinstance(labels, Pooled):
             batch["labels"] = labels.resolve().clone()
-        if isinstance(pixels, Pooled) and self.pin_memory:  # a pinned copy: slot free
-            batch["pixel_values"] = pixels.pin_memory()
-        elif isinstance(pixels, Pooled):  # a view of the pool: recycled once unreferenced
-            batch["pixel_values"] = pixels.resolve()
+        key = "views" if "views" in batch else "pixel_values"
+        pixels = batch[key] if key == "views" else [batch[key]]
+        pooled = any(isinstance(p, Pooled) for p in pixels)
+        if pooled and self.pin_memory:  # pinned copies: slot free
+            pixels = [p.pin_memory() for p in pixels]
+        elif pooled:  # views of the pool: recycled once unreferenced
+            pixels = [p.resolve() for p in pixels]
+        batch[key] = pixels if key == "views" else pixels[0]
+        if pooled and not self.pin_memory:
             pool.flags[slot] = HELD
             return slot
         pool.release(slot)  # copied out (here, or by the pin-memory thread)
@@ -181,19 +186,19 @@ class StreamingLoader:
             return math.floor(limit * self.dataset.plan().num_samples)
         return limit
 
-    def _recycle(self, slot: int, pixels: torch.Tensor | None) -> None:
+    def _recycle(self, slot: int, pixels: list[torch.Tensor | None]) -> None:
         """Give workers back the buffers of batches nobody references any more (a view keeps
-        its base tensor alive, so a dead weak reference means no view is left either)."""
+        its base tensor alive, so dead weak references mean no view is left either)."""
         still = []
-        for ref, s in self._outstanding:
-            if ref() is None:
+        for refs, s in self._outstanding:
+            if all(ref() is None for ref in refs):
                 self.dataset._shared_pool.release(s)  # type: ignore[union-attr]
                 self.buffers_returned += 1
             else:
-                still.append((ref, s))
+                still.append((refs, s))
         self._outstanding = still
-        if slot >= 0 and pixels is not None:
-            self._outstanding.append((weakref.ref(pixels), slot))
+        if slot >= 0:
+            self._outstanding.append(([weakref.ref(p) for p in pixels if p is not None], slot))
 
     # --- resume --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -19,8 +19,9 @@ from loaders.config import LoaderConfig, WorkerMode
 from loaders.dataset import ShardStreamDataset
 from loaders.loader import StreamingLoader
 from loaders.mixing import SourceArg, loader_sources
-from loaders.recipe import build_recipe
+from loaders.recipe.book import PerSize, Recipes, ViewsArg
 from loaders.recipe.fuse import op_name
+from loaders.recipe.schedule import SizeArg
 from loaders.schema import FieldsFn
 from loaders.source import ShardAccess
 from loaders.threads import ThreadedBatches
@@ -56,7 +57,7 @@ def make_loader(
     fields: Mapping[str, str] | None = None,
     fields_fn: FieldsFn | None = None,
     epoch_size: int | None = None,
-    image_size: int | tuple[int, int] | None = None,
+    image_size: SizeArg | None = None,
     train: bool = True,
     shuffle: bool = True,
     shuffle_buffer: int = 2000,
@@ -72,7 +73,9 @@ def make_loader(
     output: str = "uint8",
     channels_last: bool = False,
     scaled_decode: bool = True,
-    transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    transform: Callable[[torch.Tensor], torch.Tensor] | PerSize | None = None,
+    views: ViewsArg | None = None,
+    repeats: int = 1,
     on_error: str = "raise",
     max_replaced: int | float | None = None,
     worker_mode: str = "process",
@@ -153,10 +156,14 @@ def make_loader(
         scaled_decode=scaled_decode,
         max_replaced=max_replaced,
         worker_mode=worker_mode,
+        repeats=repeats,
     )
     if prefetch_factor < 1:
         raise ConfigError(f"prefetch_factor must be >= 1, got {prefetch_factor}")
-    recipe = build_recipe(transform, train=train, image_size=image_size, output=output)
+    recipes = Recipes(transform, train=train, image_size=image_size, output=output, views=views)
+    recipe = recipes.base
+    if output == "encoded" and views is not None:
+        raise ConfigError("output='encoded' takes one recipe; views need output='uint8'")
     if output == "encoded" and (recipe.tail or not recipe.fused):
         what = ", ".join(op_name(op) for op in recipe.tail)
         raise ConfigError(
@@ -183,7 +190,7 @@ def make_loader(
         sources,
         config,
         topology,
-        recipe=recipe,
+        recipes=recipes,
         epoch_size=epoch_size,
         with_source=with_source,
     )
@@ -215,7 +222,7 @@ def make_loader(
         workers,
         len(dataset),
         batch_size,
-        recipe,
+        recipes,
     )
     if config.worker_mode is WorkerMode.THREAD and workers > 0:
         loader = StreamingLoader(

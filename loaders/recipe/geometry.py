@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 Size = tuple[int, int]  # (height, width)
@@ -133,6 +133,9 @@ class RandomResizedCropHead:
             (height, width), top, left, h, w, self.size, self.interpolation, self.antialias
         )
 
+    def with_size(self, size: Size) -> RandomResizedCropHead:
+        return replace(self, size=size)
+
     def describe(self) -> str:
         extra = "" if self.scale == (0.08, 1.0) else f", scale={self.scale}"
         if self.ratio != (3 / 4, 4 / 3):
@@ -161,6 +164,9 @@ class CropHead:
         top = 0 if pad else _center(height, ch)
         left = 0 if pad else _center(width, cw)
         return Geometry((height, width), top, left, ch, cw, self.size, "bilinear", pad=pad)
+
+    def with_size(self, size: Size) -> CropHead:
+        return replace(self, size=size)
 
     def describe(self) -> str:
         return f"{'RandomCrop' if self.random else 'CenterCrop'}({_fmt(self.size)})"
@@ -212,6 +218,27 @@ class ResizeHead:
             pad=pad,
         )
 
+    def with_size(self, size: Size) -> ResizeHead:
+        """The same recipe at another output size: the crop becomes ``size`` and the resize
+        keeps its ratio to the crop (``crop_pct``)."""
+        if self.crop is None:
+            if self.resize is None or len(self.resize) != 2:
+                raise ValueError(
+                    f"{self.describe()} has no fixed output size to replace; add a CenterCrop"
+                )
+            return replace(self, resize=size)
+        ch, cw = self.crop
+        if self.resize is not None and len(self.resize) == 2:
+            resize: tuple[int, ...] | None = (
+                int(self.resize[0] * size[0] / ch),
+                int(self.resize[1] * size[1] / cw),
+            )
+        elif self.resize is not None:
+            resize = (int(self.resize[0] * min(size) / min(ch, cw)),)
+        else:
+            resize = None
+        return replace(self, resize=resize, crop=size)
+
     def describe(self) -> str:
         text = f"Resize({_fmt(self.resize)}, {self.interpolation}"
         text += f", max_size={self.max_size})" if self.max_size is not None else ")"
@@ -243,6 +270,9 @@ class ChoiceHead:
                 return option.draw(height, width, rng)
         return self.options[-1].draw(height, width, rng)
 
+    def with_size(self, size: Size) -> ChoiceHead:
+        return replace(self, options=tuple(o.with_size(size) for o in self.options))
+
     def describe(self) -> str:
         parts = [f"{o.describe()} p={p:.3g}" for o, p in zip(self.options, self.p, strict=True)]
         return "RandomChoice(" + " | ".join(parts) + ")"
@@ -272,6 +302,10 @@ class Head:
                 else:
                     vflip = not vflip
         return g._replace(hflip=hflip, vflip=vflip) if hflip or vflip else g
+
+    def with_size(self, size: Size) -> Head:
+        """The same head with output size ``size`` (a size schedule's epoch)."""
+        return replace(self, op=self.op.with_size(size))
 
     def describe(self) -> str:
         names = {"h": "RandomHorizontalFlip", "v": "RandomVerticalFlip"}

@@ -130,6 +130,22 @@ class Recipe:
             img = seeder(run, img, rng.getrandbits(63))
         return img
 
+    def at_size(self, size: Size, output: str = "uint8") -> Recipe:
+        """The same recipe with its fused crop's output size replaced by ``size`` (an epoch of
+        a size schedule); the tail is probed again for its output."""
+        if self.name is not None:
+            return build_recipe(None, train=self.name == "train", image_size=size)
+        if self.head is None:
+            raise ConfigError(
+                f"a size schedule replaces the size of the recipe's fused crop, and this one has "
+                f"none ({self.describe()}); start the pipeline with a crop, or use a fixed size"
+            )
+        try:
+            head = self.head.with_size(size)
+        except ValueError as exc:
+            raise ConfigError(f"a size schedule: {exc}") from None
+        return _probed(Recipe(head, self.tail, size, stopped_by=self.stopped_by), output)
+
     def describe(self) -> str:
         """One line: what the decoder does and what runs in the workers."""
         tail = ", ".join(op_name(op) for op in self.tail)
@@ -221,22 +237,26 @@ def build_recipe(
         )
     parts = split(transform)
     size = parts.head.size if parts.head is not None else None
-    recipe = Recipe(parts.head, parts.tail, size, stopped_by=parts.stopped_by)
     if image_size is not None and size is not None and as_size(image_size) != size:
         raise ConfigError(
             f"image_size={image_size!r} but the transform's {parts.head.describe()} "  # type: ignore[union-attr]
             f"outputs {size[0]}x{size[1]}; leave image_size out (the pipeline sets the size)"
         )
-    if recipe.size is not None and recipe.tail:
-        out_size, dtype = _probe(recipe)
-        recipe = Recipe(parts.head, parts.tail, out_size, dtype, parts.stopped_by)
-        if dtype != torch.uint8 and output == "uint8":
-            raise ConfigError(
-                f"transform: its output is {str(dtype).replace('torch.', '')} (ToDtype/Normalize "
-                "in the pipeline) but output='uint8': end the pipeline at uint8 and normalize on "
-                "the device (loaders.normalize), or pass output='float'"
-            )
-    return recipe
+    return _probed(Recipe(parts.head, parts.tail, size, stopped_by=parts.stopped_by), output)
+
+
+def _probed(recipe: Recipe, output: str) -> Recipe:
+    """``recipe`` with the output size and dtype of its tail (a run on a test image)."""
+    if recipe.size is None or not recipe.tail:
+        return recipe
+    out_size, dtype = _probe(recipe)
+    if dtype != torch.uint8 and output == "uint8":
+        raise ConfigError(
+            f"transform: its output is {str(dtype).replace('torch.', '')} (ToDtype/Normalize "
+            "in the pipeline) but output='uint8': end the pipeline at uint8 and normalize on "
+            "the device (loaders.normalize), or pass output='float'"
+        )
+    return Recipe(recipe.head, recipe.tail, out_size, dtype, recipe.stopped_by)
 
 
 __all__ = ["DEFAULT_SIZE", "Recipe", "as_size", "build_recipe", "check_output"]
