@@ -124,12 +124,26 @@ def test_the_report_fits_a_phone(browser, cli_report: CliReport) -> None:
 
 
 def _screenshot(driver, path: str) -> None:
-    """The top of the report at a laptop's width, as a small PNG (256 colours)."""
+    """The README's picture: the report at a laptop's width, three stretches of it (the
+    contact sheet, what the model sees, a chart with its table) one above the other, as a
+    small PNG (256 colours). The header, which names this machine's paths, is left out."""
     from PIL import Image
 
+    width, parts = 960, (("samples", 560), ("model", 430), ("chart-classes", 330))
     driver.execute_cdp_cmd(
         "Emulation.setDeviceMetricsOverride",
-        {"width": 1100, "height": 1250, "deviceScaleFactor": 1, "mobile": False},
+        {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False},
     )
-    img = Image.open(io.BytesIO(driver.get_screenshot_as_png())).convert("RGB")
-    img.quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
+    shots = []
+    for anchor, height in parts:
+        driver.execute_script(
+            "window.scrollTo(0, document.getElementById(arguments[0]).offsetTop - 8);", anchor
+        )
+        img = Image.open(io.BytesIO(driver.get_screenshot_as_png())).convert("RGB")
+        shots.append(img.crop((0, 0, width - 16, height)))  # less the scroll bar
+    sheet = Image.new("RGB", (width - 16, sum(h for _, h in parts) + 8 * len(parts)), "#c8ccd2")
+    y = 0
+    for shot in shots:
+        sheet.paste(shot, (0, y))
+        y += shot.height + 8
+    sheet.quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import html.parser
 import io
 import os
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -15,9 +16,12 @@ import pytest
 from PIL import Image, JpegImagePlugin
 
 from loaders import make_loader
+from shard_writer.sample_data import render
 from tests.conftest import run_cli
 from tests.show.conftest import CLASSES, SEED, SHARD_SIZES, SHOWN, CliReport, Truth, spans
 from wdstool.base.errors import ConfigError
+from wdstool.format.manifest import ShardEntry, build_manifest
+from wdstool.format.tar_write import END, write_member
 from wdstool.show import ShowConfig, build_report
 from wdstool.show.views import model_views
 
@@ -239,3 +243,57 @@ def test_a_report_replaces_the_report_before_it(hostile_dataset: Truth, tmp_path
         )
     assert sorted(os.listdir(tmp_path)) == ["report"]
     assert len(os.listdir(out / "thumbs")) == 3
+
+
+def test_shards_without_a_manifest(hostile_dataset: Truth, tmp_path: Path) -> None:
+    """A folder of tars and a brace pattern: samples drawn by bytes, no count claimed."""
+    folder = tmp_path / "tars"
+    folder.mkdir()
+    for f in hostile_dataset.root.glob("*.tar"):
+        shutil.copy(f, folder)
+    for source in (str(folder), str(folder / "part-{000..002}.tar")):
+        got = build_report(source, ShowConfig(samples=10, seed=2))
+        assert len({s["key"] for s in got["samples"]}) == 10
+        for s in got["samples"]:
+            assert hostile_dataset.shard_of[s["key"]] == s["shard"]
+            assert s["label"] == hostile_dataset.label[s["key"]] and s["class"] is None
+        assert got["statistics"]["dataset"]["samples"] is None
+        assert got["reads"]["manifest_bytes"] == 0
+
+
+def test_an_undecodable_image_is_shown_as_a_problem(tmp_path: Path) -> None:
+    root = tmp_path / "shards"
+    root.mkdir()
+    good = render(1, 0, 2, size=(120, 90))
+    members = [("a", good), ("b", b"\xff\xd8\xff\xe0" + bytes(range(256)) * 8), ("c", good)]
+    with open(root / "s-000.tar", "wb") as f:
+        size = sum(write_member(f.write, f"{k}.jpg", data) for k, data in members)
+        f.write(END)
+    manifest = build_manifest(
+        [ShardEntry("s-000.tar", 3, size + len(END), "")],
+        classes=(),
+        fingerprint="",
+        options={},
+        skipped=[],
+    )
+    (root / "index.json").write_bytes(manifest.dumps())
+    out = tmp_path / "report"
+    got = build_report(
+        str(root),
+        ShowConfig(samples=5, epochs=1, eval_transform=None, image_size=32),
+        out_dir=str(out),
+    )
+    assert [s["key"] for s in got["samples"]] == ["a", "b", "c"]
+    assert [bool(s["problems"]) for s in got["samples"]] == [False, True, False]
+    assert "s-000.tar" in got["samples"][1]["problems"][0]
+    assert sorted(os.listdir(out / "views")) == ["0000-0.jpg", "0002-0.jpg"]
+    assert 'class="nopic"' in (out / "index.html").read_text()
+
+
+def test_help_names_every_recipe_preset() -> None:
+    """The CLI lists the presets without importing the loaders (torch) at start-up."""
+    from loaders.recipe.presets import PRESETS
+    from wdstool.cli.show import show_cmd
+
+    option = next(p for p in show_cmd.params if p.name == "transform")
+    assert all(name in option.help for name in PRESETS)

@@ -11,15 +11,9 @@ import click
 from wdstool.base.errors import ConfigError
 from wdstool.base.params import format_size
 from wdstool.cli.common import emit_json, progress_enabled, storage_options_from_cli
-from wdstool.show.config import HEADERS_PER_SAMPLE, ShowConfig
+from wdstool.show.config import HEADERS_PER_SAMPLE, WALK_SHARE, ShowConfig
 
 _D = ShowConfig()
-
-
-def _presets() -> str:
-    from loaders.recipe.presets import PRESETS
-
-    return ", ".join(PRESETS)
 
 
 @click.command("show")
@@ -57,7 +51,8 @@ def _presets() -> str:
     show_default=True,
     metavar="NAME|module:attr",
     help="The training recipe whose output is shown: a preset (default, eval, bicubic, randaug, "
-    "trivialaug, clip, eval-bicubic) or an importable torchvision v2 pipeline.",
+    "trivialaug, clip, eval-bicubic: as stream-bench's) or an importable torchvision v2 "
+    "pipeline.",
 )
 @click.option(
     "--eval-transform",
@@ -73,7 +68,13 @@ def _presets() -> str:
     show_default=True,
     help="Epochs of the training recipe shown (each draws other crops and flips).",
 )
-@click.option("--image-size", type=click.IntRange(min=8), default=_D.image_size, show_default=True)
+@click.option(
+    "--image-size",
+    type=click.IntRange(min=8),
+    default=_D.image_size,
+    show_default=True,
+    help="The recipes' output size, as make_loader(image_size=...).",
+)
 @click.option(
     "--label",
     default=_D.label,
@@ -93,8 +94,9 @@ def _presets() -> str:
     "--header-samples",
     type=click.IntRange(min=0),
     default=None,
-    help=f"Samples whose headers are read for the statistics besides the shown ones, a few "
-    f"after each (~3 KB each on S3) [default: {HEADERS_PER_SAMPLE} per shown sample].",
+    help="Samples whose headers are read for the statistics besides the shown ones, a few "
+    f"after each (~3 KB each on S3) [default: up to {HEADERS_PER_SAMPLE} after each shown "
+    f"sample, reading at most {WALK_SHARE:.0%} of its bytes].",
 )
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 @storage_options_from_cli

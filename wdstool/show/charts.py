@@ -83,7 +83,7 @@ def classes_chart(stats: dict[str, Any]) -> bytes | None:
     top = sorted(rows, key=lambda r: (-r["count"], r["label"]))[:BAR_LIMIT]
     fig = _figure(max(2.0, 0.6 + 0.18 * len(top)))
     names = [r["name"] if r["name"] is not None else str(r["label"]) for r in top]
-    _bars(fig.add_subplot(), names, [r["count"] for r in top], "samples in the sample read")
+    _bars(fig.add_subplot(), names, [r["count"] for r in top], "samples read")
     return _svg(fig)
 
 
@@ -96,8 +96,6 @@ def sizes_chart(stats: dict[str, Any]) -> bytes | None:
     ax.scatter([p[0] for p in points], [p[1] for p in points], s=9, alpha=0.5, color=COLOR)
     ax.set_xlabel("width (px)")
     ax.set_ylabel("height (px)")
-    ax.set_xlim(left=0)
-    ax.set_ylim(bottom=0)
     return _svg(fig)
 
 

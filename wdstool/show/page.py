@@ -71,7 +71,7 @@ def _tile(s, files: dict[str, bytes]) -> dict[str, Any]:
     }
 
 
-def _views(views, shown, files: dict[str, bytes]) -> dict[str, Any] | None:
+def _views(views, shown, files: dict[str, bytes], seed: int) -> dict[str, Any] | None:
     if views is None:
         return None
     good = [s for s in shown if s.thumb is not None]
@@ -85,9 +85,10 @@ def _views(views, shown, files: dict[str, bytes]) -> dict[str, Any] | None:
     if views.rescaled:
         notes.append("A recipe gave floats outside 0..1: each such image is stretched to show it.")
     return {
-        "about": "Each sample as make_loader delivers it to the model with this seed: the "
-        "augmentation of a sample depends only on (seed, epoch, key), so these are the pixels "
-        "of those epochs of a training run with the same recipe and image size.",
+        "about": f"Each sample as make_loader delivers it to the model with seed {seed}. The "
+        "built-in recipes (default, eval) draw a sample's augmentation from (seed, epoch, key) "
+        "alone, so with them these are exactly the pixels of those epochs of a training run "
+        "with that seed and image size.",
         "notes": notes,
         "columns": [c.title for c in views.columns],
         "rows": [
@@ -177,7 +178,7 @@ def page_context(*, ds, config, drawn, shown, stats, views, charts, files) -> di
         "facts": _facts(ds, drawn, stats),
         "drawn": how,
         "tiles": [_tile(s, files) for s in shown],
-        "views": _views(views, shown, files),
+        "views": _views(views, shown, files, config.seed),
         "stats_about": "Shards, samples and bytes per shard come from the manifest (the whole "
         f"data set); the rest from {len(drawn.facts)} samples: the {len(shown)} shown and "
         f"{walked} more whose headers were read after them.",

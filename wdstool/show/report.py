@@ -73,9 +73,6 @@ def build_report(
         raise DestinationError(f"{png}: its folder does not exist")
     columns = config.columns() if out_dir is not None else ()
     ds = open_dataset(source, storage_options)
-    # torch and the decoders load once the data set is found: a wrong SOURCE fails at once
-    from wdstool.show.sheet import contact_sheet, save_png
-    from wdstool.show.views import model_views
 
     planned = min(config.samples, ds.num_samples or config.samples)
     pictures = out_dir is not None or png is not None
@@ -100,7 +97,11 @@ def build_report(
     shown = [_show(n, p, config, ds.classes, pictures, steps) for n, p in enumerate(drawn.picked)]
     stats = statistics(ds, drawn.facts)
     views = None
+    # torch and the decoders load only for pictures, once the data set is found: a wrong
+    # SOURCE fails at once, and --json alone reads headers without them
     if columns:
+        from wdstool.show.views import model_views
+
         good = [s for s in shown if s.thumb is not None]
         views = model_views(
             [(s.picked.facts.key, _ext(s), s.picked.parts[_ext(s)]) for s in good],
@@ -112,6 +113,8 @@ def build_report(
     if out_dir is not None:
         _write_folder(out_dir, ds, config, drawn, shown, stats, views)
     if png is not None:
+        from wdstool.show.sheet import contact_sheet, save_png
+
         tiles = [(s.thumb, [s.key, _label_text(s.meta)]) for s in shown]
         save_png(
             contact_sheet(tiles, f"{ds.source}: {len(shown)} samples, seed {config.seed}"), png
