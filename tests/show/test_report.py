@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html.parser
 import io
+import json
 import os
 import shutil
 from collections import Counter
@@ -297,3 +298,32 @@ def test_help_names_every_recipe_preset() -> None:
 
     option = next(p for p in show_cmd.params if p.name == "transform")
     assert all(name in option.help for name in PRESETS)
+
+
+def test_text_no_encoder_takes_is_escaped_not_fatal(tmp_path: Path) -> None:
+    """A class name or JSON field holding a lone surrogate (valid JSON: "\\ud800") or terminal
+    escapes still makes a page, a chart and a PNG."""
+    root = tmp_path / "shards"
+    root.mkdir()
+    with open(root / "a.tar", "wb") as f:
+        size = 0
+        for i in range(3):
+            size += write_member(f.write, f"k{i}.jpg", render(0, i, 2, size=(80, 60)))
+            size += write_member(f.write, f"k{i}.cls", str(i % 2).encode())
+            size += write_member(f.write, f"k{i}.json", b'{"x": "\\ud800 \\u001b[31m red"}')
+        f.write(END)
+    manifest = build_manifest(
+        [ShardEntry("a.tar", 3, size + len(END), "")],
+        classes=("ok\ud800", "tab\tnew\nline"),
+        fingerprint="",
+        options={},
+        skipped=[],
+    )
+    (root / "index.json").write_text(json.dumps(manifest.to_json()))
+    config = ShowConfig(samples=3, epochs=0, eval_transform=None, fields=(("x", "json:x"),))
+    got = build_report(str(root), config, out_dir=str(tmp_path / "r"), png=str(tmp_path / "p.png"))
+    assert [s["class"] for s in got["samples"]] == ["ok\ud800", "tab\tnew\nline", "ok\ud800"]
+    page = (tmp_path / "r" / "index.html").read_text(encoding="utf-8")
+    assert "ok\\ud800" in page  # written escaped
+    assert (tmp_path / "r" / "charts" / "classes.svg").is_file()
+    assert Image.open(tmp_path / "p.png").width > 0

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from wdstool.base.errors import ConfigError
+from wdstool.format.tar_safety import printable_name
 from wdstool.show.render import NEEDS
 
 BAR_LIMIT = 30  # bars drawn at most in a chart of names (the table lists the rest)
@@ -48,6 +49,7 @@ def _plain(labels) -> None:
 def _bars(ax, names: Sequence[str], counts: Sequence[int], xlabel: str) -> None:
     pos = list(range(len(names)))
     ax.barh(pos, counts, color=COLOR)
+    names = [printable_name(n) for n in names]  # control characters, lone surrogates escaped
     ax.set_yticks(pos, labels=[n if len(n) <= 40 else n[:39] + "…" for n in names])
     _plain(ax.get_yticklabels())
     ax.invert_yaxis()

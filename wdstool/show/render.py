@@ -67,7 +67,10 @@ def write_report(out_dir: str, html: str, files: Mapping[str, bytes]) -> None:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "wb") as f:
                 f.write(data)
-        with open(os.path.join(tmp, "index.html"), "w", encoding="utf-8") as f:
+        # text the data set holds may carry lone surrogates (a JSON "\ud800"): escaped
+        with open(
+            os.path.join(tmp, "index.html"), "w", encoding="utf-8", errors="backslashreplace"
+        ) as f:
             f.write(html)
         with open(os.path.join(tmp, MARKER), "w") as f:
             f.write("a report written by wdstool show; the next one replaces this folder\n")
