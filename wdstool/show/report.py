@@ -97,12 +97,12 @@ def build_report(
     shown = [_show(n, p, config, ds.classes, pictures, steps) for n, p in enumerate(drawn.picked)]
     stats = statistics(ds, drawn.facts)
     views = None
+    good = [s for s in shown if s.thumb is not None]  # what the loader can decode
     # torch and the decoders load only for pictures, once the data set is found: a wrong
     # SOURCE fails at once, and --json alone reads headers without them
-    if columns:
+    if columns and good:
         from wdstool.show.views import model_views
 
-        good = [s for s in shown if s.thumb is not None]
         views = model_views(
             [(s.picked.facts.key, _ext(s), s.picked.parts[_ext(s)]) for s in good],
             columns,
