@@ -7,7 +7,8 @@ the tail of each image, the shard writer the whole object). Every remote call is
 :class:`wdstool.base.retry.RetryPolicy`; what is left is a one-line error naming the URL.
 
 Images a listing names by URL, and a listing file on an object store, are read here too
-(:func:`read_range`, :func:`object_size`: one object by its full URL).
+(:func:`read_range`, :func:`object_size`: one object by its full URL, from
+:mod:`wdstool.base.objects`).
 
 A local SRC (a path or ``file://``) never comes here: :mod:`shard_writer.scan` walks it with
 ``os.walk`` exactly as torchvision does, and the listing below reproduces that order, so the
@@ -17,39 +18,23 @@ same tree packed from S3 or from disk gives byte-identical shards.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from wdstool.base.credentials import redact
 from wdstool.base.errors import InputError, StorageError
-from wdstool.base.retry import DEFAULT_RETRY, describe, error_code
-from wdstool.base.s3 import cached_s3_client, filesystem
-from wdstool.base.urls import is_s3, split_s3
+from wdstool.base.objects import Missing, object_size, read_range, url_fs
+from wdstool.base.retry import DEFAULT_RETRY, describe
 
-T = TypeVar("T")
-
-
-class Missing(Exception):
-    """The object is gone (deleted between the listing and the read)."""
+__all__ = ["Missing", "imagefolder_order", "list_tree", "object_size", "read_range", "url_of"]
 
 
 def url_of(root: str, relpath: str) -> str:
     return f"{root.rstrip('/')}/{relpath}"
 
 
-def _fs(root: str, storage_options: dict[str, Any] | None):
-    try:
-        fs, path = filesystem(root, storage_options)
-    except (ImportError, ValueError, TypeError) as exc:
-        raise InputError(
-            redact(f"{root}: cannot read this source: {exc}", storage_options)
-        ) from None
-    return fs, path.rstrip("/")
-
-
 def list_tree(root: str, storage_options: dict[str, Any] | None = None) -> list[tuple[str, int]]:
     """Every object under ``root`` as (path relative to root, size), sorted by path."""
-    fs, path = _fs(root, storage_options)
+    fs, path = url_fs(root, storage_options)
 
     def find() -> dict[str, Any]:
         fs.invalidate_cache(path)
@@ -100,75 +85,3 @@ def imagefolder_order(
         if not found:
             empty.append(cls)
     return classes, files, empty
-
-
-def read_range(
-    url: str,
-    storage_options: dict[str, Any] | None = None,
-    start: int | None = None,
-    end: int | None = None,
-) -> bytes:
-    """Bytes ``[start, end)`` of one remote object (the whole object by default).
-    Raises Missing when it does not exist, StorageError when retries run out."""
-    if is_s3(url):
-        bucket, key = split_s3(url)
-
-        def get() -> bytes:
-            kw: dict[str, Any] = {}
-            if start is not None or end is not None:
-                kw["Range"] = f"bytes={start or 0}-{'' if end is None else end - 1}"
-            try:
-                resp = cached_s3_client(storage_options).get_object(Bucket=bucket, Key=key, **kw)
-            except Exception as exc:
-                if error_code(exc)[0] in ("NoSuchKey", "404", "NotFound"):
-                    raise Missing(url) from None
-                raise
-            return resp["Body"].read()
-    else:
-        fs, path = _fs(url, storage_options)
-
-        def get() -> bytes:
-            try:
-                return fs.cat_file(path, start=start, end=end)
-            except FileNotFoundError:
-                raise Missing(url) from None
-
-    return _retried(url, get, storage_options)
-
-
-def object_size(url: str, storage_options: dict[str, Any] | None = None) -> int:
-    """The size of one remote object (a HEAD request on S3). Raises Missing when there is no
-    object under that name (a prefix is not an object), StorageError when retries run out."""
-    if is_s3(url):
-        bucket, key = split_s3(url)
-
-        def head() -> int:
-            try:
-                resp = cached_s3_client(storage_options).head_object(Bucket=bucket, Key=key)
-            except Exception as exc:
-                if error_code(exc)[0] in ("NoSuchKey", "404", "NotFound"):
-                    raise Missing(url) from None
-                raise
-            return int(resp["ContentLength"])
-    else:
-        fs, path = _fs(url, storage_options)
-
-        def head() -> int:
-            try:
-                info = fs.info(path)
-            except FileNotFoundError:
-                raise Missing(url) from None
-            if info.get("type") == "directory":
-                raise Missing(url)
-            return int(info.get("size") or info.get("Size") or 0)
-
-    return _retried(url, head, storage_options)
-
-
-def _retried(url: str, fn: Callable[[], T], storage_options: dict[str, Any] | None) -> T:
-    try:
-        return DEFAULT_RETRY.call(url, fn)
-    except (Missing, StorageError):
-        raise
-    except Exception as exc:
-        raise StorageError(redact(f"{url}: {describe(exc)}", storage_options)) from None

@@ -2,7 +2,8 @@
 
 Every request is forwarded unchanged (keep-alive, streamed bodies) and recorded as
 ``(method, path)``, so a test can count the GETs each shard received through this proxy --
-one proxy per simulated node gives per-node download counts.
+one proxy per simulated node gives per-node download counts -- and the body bytes sent back
+for each GET, so a test can count the bytes a reader downloaded.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ class CountingProxy:
         assert u.hostname == HOST, "loopback only"
         self.upstream = (u.hostname, u.port)
         self.requests: list[tuple[str, str]] = []
+        self.sent: Counter[str] = Counter()  # path -> body bytes sent back to GETs
         self._lock = threading.Lock()
         proxy = self
 
@@ -53,6 +55,9 @@ class CountingProxy:
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data)
+                if self.command == "GET":
+                    with proxy._lock:
+                        proxy.sent[urllib.parse.unquote(self.path).split("?")[0]] += len(data)
 
             do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward
 
@@ -72,6 +77,11 @@ class CountingProxy:
                 for m, p in self.requests
                 if m == "GET" and p.split("?")[0].endswith(suffix)
             )
+
+    def bytes_sent(self, suffix: str = "") -> int:
+        """Body bytes sent back to GET requests for paths ending with ``suffix``."""
+        with self._lock:
+            return sum(n for p, n in self.sent.items() if p.endswith(suffix))
 
     def __enter__(self) -> CountingProxy:
         self._thread.start()

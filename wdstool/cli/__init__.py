@@ -19,6 +19,7 @@ from wdstool.cli.index import index_cmd
 from wdstool.cli.inspect import inspect_cmd, verify_cmd
 from wdstool.cli.pack import pack_cmd
 from wdstool.cli.sample_data import sample_data_cmd
+from wdstool.cli.show import show_cmd
 from wdstool.cli.stream_bench import stream_bench_cmd
 
 
@@ -41,6 +42,7 @@ def cli(verbose: int) -> None:
       wdstool inspect data/shards
       wdstool verify data/shards
       wdstool index data/shards --dali
+      wdstool show data/shards --out report
     """
     level = logging.WARNING - 10 * min(verbose, 2)
     handler = logging.StreamHandler(sys.stderr)
@@ -52,7 +54,15 @@ def cli(verbose: int) -> None:
             logging.getLogger(name).setLevel(max(level, logging.INFO))
 
 
-for command in (sample_data_cmd, pack_cmd, inspect_cmd, verify_cmd, index_cmd, stream_bench_cmd):
+for command in (
+    sample_data_cmd,
+    pack_cmd,
+    inspect_cmd,
+    verify_cmd,
+    index_cmd,
+    stream_bench_cmd,
+    show_cmd,
+):
     cli.add_command(command)
 
 

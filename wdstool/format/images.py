@@ -9,6 +9,7 @@ PIL, no torch): pixel decoding lives in :mod:`wdstool.format.decode`.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 # member extensions that hold an image, in the order a sample's image is chosen among them
 IMAGE_ORDER = ("jpg", "jpeg", "png", "webp", "bmp", "ppm", "pgm", "tif", "tiff", "gif")
@@ -80,6 +81,49 @@ def jpeg_size(data: bytes) -> tuple[int, int] | None:
             height = int.from_bytes(data[pos + 5 : pos + 7], "big")
             width = int.from_bytes(data[pos + 7 : pos + 9], "big")
             return width, height
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class JpegFrame:
+    """What a JPEG's frame header (SOF) says: size, colour components, chroma subsampling."""
+
+    width: int
+    height: int
+    components: int  # 1 grey, 3 YCbCr (or RGB), 4 CMYK/YCCK
+    subsampling: str  # "4:2:0", "4:2:2", "4:4:4", "4:4:0", "4:1:1", "grey", "cmyk", "other"
+    progressive: bool
+
+
+# luma (H, V) sampling factors, chroma at 1x1 -> the J:a:b name
+_SUBSAMPLING = {(1, 1): "4:4:4", (2, 1): "4:2:2", (2, 2): "4:2:0", (1, 2): "4:4:0", (4, 1): "4:1:1"}
+
+
+def jpeg_frame(data: bytes) -> JpegFrame | None:
+    """The frame header of a JPEG (only its first bytes are needed: the header segments up to
+    SOF); None when no complete frame header lies in ``data``."""
+    for marker, pos in _jpeg_segments(data):
+        if marker not in _SOF:
+            continue
+        ncomp = data[pos + 9] if pos + 10 <= len(data) else 0
+        if ncomp == 0 or pos + 10 + 3 * ncomp > len(data):
+            return None
+        factors = [(b >> 4, b & 15) for b in data[pos + 11 : pos + 10 + 3 * ncomp : 3]]
+        if ncomp == 1:
+            sub = "grey"
+        elif ncomp == 4:
+            sub = "cmyk"
+        elif ncomp == 3 and all(f == (1, 1) for f in factors[1:]):
+            sub = _SUBSAMPLING.get(factors[0], "other")
+        else:
+            sub = "other"
+        return JpegFrame(
+            width=int.from_bytes(data[pos + 7 : pos + 9], "big"),
+            height=int.from_bytes(data[pos + 5 : pos + 7], "big"),
+            components=ncomp,
+            subsampling=sub,
+            progressive=marker in (0xC2, 0xC6, 0xCA, 0xCE),
+        )
     return None
 
 

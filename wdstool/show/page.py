@@ -1,0 +1,195 @@
+"""What the report page shows, as plain values for the template: tiles, rows of views, charts
+with their tables, the header's facts. Text stays raw here; the template escapes it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from wdstool.base.params import format_size
+from wdstool.format.tar_safety import printable_name
+from wdstool.show.facts import ImageFacts
+from wdstool.show.stats import shard_name
+
+CHART_TITLES = {
+    "shards": "Samples and bytes per shard (manifest)",
+    "classes": "Classes in the samples read",
+    "sizes": "Image sizes",
+    "formats": "Formats and chroma subsampling",
+    "members": "Members per sample",
+    "skipped": "Inputs skipped at pack time (manifest)",
+}
+
+
+def _n(v: float | int | None) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, float) and not v.is_integer():
+        return f"{v:,.1f}"
+    return f"{int(v):,}"
+
+
+def image_text(image: ImageFacts | None) -> str:
+    if image is None:
+        return "no image member"
+    size = f"{image.width}×{image.height}" if image.width else "size unknown"
+    parts = [size, image.format + (f" {image.subsampling}" if image.subsampling else "")]
+    if image.progressive:
+        parts.append("progressive")
+    parts.append(format_size(image.nbytes))
+    if image.orientation not in (None, 1):
+        parts.append(f"EXIF orientation {image.orientation} (not applied)")
+    return ", ".join(parts)
+
+
+def _full(n: int, files: dict[str, bytes]) -> str | None:
+    """The full image of sample ``n`` in the report's files."""
+    return next((p for p in files if p.startswith(f"images/{n:04d}.")), None)
+
+
+def _tile(s, files: dict[str, bytes]) -> dict[str, Any]:
+    f = s.picked.facts
+    meta = s.meta
+    if meta.class_name is not None:
+        label = f"{meta.class_name} ({meta.label})"
+    else:
+        label = "no label" if meta.label is None else f"label {meta.label}"
+    full = _full(s.n, files)
+    h, w = s.thumb.shape[:2] if s.thumb is not None else (0, 0)
+    return {
+        "n": s.n,
+        "key": s.key,
+        "thumb": f"thumbs/{s.n:04d}.jpg" if s.thumb is not None else None,
+        "thumb_w": w,
+        "thumb_h": h,
+        "full": full,
+        "nopic": s.problem or "",
+        "label_text": label,
+        "fields": list(meta.fields),
+        "image_text": image_text(f.image),
+        "shard": f"{shard_name(s.picked.url)} @ {f.offset:,} · {'+'.join(f.exts)}",
+        "problems": [*meta.problems, *([s.problem] if s.problem else [])],
+    }
+
+
+def _views(views, shown, files: dict[str, bytes], seed: int) -> dict[str, Any] | None:
+    if views is None:
+        return None
+    good = [s for s in shown if s.thumb is not None]
+    notes = []
+    if views.stand_ins:
+        keys = ", ".join(good[i].key for i in views.stand_ins[:5])
+        notes.append(
+            f"{len(views.stand_ins)} keys cannot be written to a tar header as they are "
+            f"({keys}); their views use a stand-in key and differ from training's."
+        )
+    if views.rescaled:
+        notes.append("A recipe gave floats outside 0..1: each such image is stretched to show it.")
+    return {
+        "about": f"Each sample as make_loader delivers it to the model with seed {seed}. The "
+        "built-in recipes (default, eval) draw a sample's augmentation from (seed, epoch, key) "
+        "alone, so with them these are exactly the pixels of those epochs of a training run "
+        "with that seed and image size.",
+        "notes": notes,
+        "columns": [c.title for c in views.columns],
+        "rows": [
+            {
+                "n": s.n,
+                "key": s.key,
+                "thumb": f"thumbs/{s.n:04d}.jpg",
+                "full": _full(s.n, files),
+                "images": [f"views/{s.n:04d}-{c}.jpg" for c in range(len(views.columns))],
+            }
+            for s in good
+        ],
+    }
+
+
+def _spread_rows(columns: list[dict[str, Any] | None], scale: list[float]) -> list[list[str]]:
+    rows = []
+    for what in ("min", "median", "mean", "max"):
+        rows.append(
+            [what]
+            + [_n(None if c is None else c[what] / k) for c, k in zip(columns, scale, strict=True)]
+        )
+    return rows
+
+
+def _table(name: str, stats: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    if name == "shards":
+        sh = stats["shards"]
+        rows = _spread_rows([sh["samples"], sh["bytes"]], [1, 1e6])
+        d = stats["dataset"]
+        rows.append(["total", _n(d["samples"]), _n(d["bytes"] / 1e6)])
+        rows.append(["shards", _n(d["shards"]), ""])
+        return ["per shard", "samples", "MB"], rows
+    if name == "classes":
+        rows = sorted(stats["labels"]["classes"], key=lambda r: (-r["count"], r["label"]))
+        return ["class", "label", "samples"], [
+            [r["name"] if r["name"] is not None else "", _n(r["label"]), _n(r["count"])]
+            for r in rows
+        ]
+    if name == "sizes":
+        sz = stats["image_sizes"]
+        rows = _spread_rows([sz["width"], sz["height"], sz["bytes"]], [1, 1, 1e3])
+        return ["per image", "width", "height", "KB"], rows
+    rows_of = {
+        "formats": stats["formats"],
+        "members": stats["members"],
+        "skipped": stats["skipped"]["reasons"],
+    }[name]
+    header = {"formats": "format", "members": "members", "skipped": "reason"}[name]
+    return [header, "count"], [[r["name"], _n(r["count"])] for r in rows_of]
+
+
+def _facts(ds, drawn, stats) -> list[tuple[str, str]]:
+    d = stats["dataset"]
+    facts = [("source", ds.source)]
+    if ds.manifest_url:
+        facts.append(("manifest", ds.manifest_url))
+    if ds.name:
+        facts.append(("name", ds.name))
+    samples = "unknown (no manifest)" if d["samples"] is None else _n(d["samples"])
+    facts += [
+        ("shards", _n(d["shards"])),
+        ("samples", samples),
+        ("bytes", format_size(d["bytes"])),
+    ]
+    if ds.classes:
+        shown = ", ".join(printable_name(c) for c in ds.classes[:12])
+        more = f" … ({len(ds.classes)} in all)" if len(ds.classes) > 12 else ""
+        facts.append(("classes", shown + more))
+    if stats["skipped"]["count"]:
+        facts.append(("skipped at pack", _n(stats["skipped"]["count"])))
+    return facts
+
+
+def page_context(*, ds, config, drawn, shown, stats, views, charts, files) -> dict[str, Any]:
+    """The template's variables."""
+    walked = len(drawn.facts) - len(shown)
+    how = (
+        "Every sample of the data set."
+        if drawn.every_sample
+        else f"{len(shown)} samples drawn with seed {config.seed} (a sample's chance is its "
+        "share of the shard's bytes), in shard order."
+    )
+    return {
+        "title": ds.name or ds.source,
+        "summary": f"{len(shown)} samples of {ds.source}",
+        "facts": _facts(ds, drawn, stats),
+        "drawn": how,
+        "tiles": [_tile(s, files) for s in shown],
+        "views": _views(views, shown, files, config.seed),
+        "stats_about": "Shards, samples and bytes per shard come from the manifest (the whole "
+        f"data set); the rest from {len(drawn.facts)} samples: the {len(shown)} shown and "
+        f"{walked} more whose headers were read after them.",
+        "charts": [
+            {"id": name, "title": CHART_TITLES[name], "svg": f"charts/{name}.svg"}
+            | dict(zip(("headers", "rows"), _table(name, stats), strict=True))
+            for name in CHART_ORDER
+            if name in charts
+        ],
+        "skipped": stats["skipped"],
+    }
+
+
+CHART_ORDER = ("shards", "classes", "sizes", "formats", "members", "skipped")

@@ -1,0 +1,237 @@
+"""``build_report``: draw samples, read only them, and write what was asked for: the report
+folder (contact sheet, what the model sees, statistics), a contact-sheet PNG, the numbers."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from wdstool import __version__
+from wdstool.base.errors import DestinationError, SampleError
+from wdstool.format.images import kind
+from wdstool.format.tar_safety import printable_name
+from wdstool.show.charts import all_charts
+from wdstool.show.config import ShowConfig
+from wdstool.show.draw import draw
+from wdstool.show.facts import Meta, image_ext, json_safe, read_meta
+from wdstool.show.page import page_context
+from wdstool.show.ranged import ReadCounter
+from wdstool.show.render import check_out_dir, render_html, write_report
+from wdstool.show.source import open_dataset
+from wdstool.show.stats import shard_name, statistics
+from wdstool.show.walk import Picked, Wanted
+
+if TYPE_CHECKING:
+    from wdstool.show.views import Views
+
+Progress = Callable[[int, int], None]  # (steps just done, steps in all)
+BROWSER_FORMATS = {"jpeg": "jpg", "png": "png", "webp": "webp", "gif": "gif"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Shown:
+    """A shown sample: where it is, what it carries, and its thumbnail (None: undecodable)."""
+
+    n: int
+    picked: Picked
+    meta: Meta
+    thumb: np.ndarray | None
+    problem: str | None  # why there is no thumbnail
+
+    @property
+    def key(self) -> str:
+        return printable_name(self.picked.facts.key)
+
+
+class _Steps:
+    def __init__(self, progress: Progress | None, total: int) -> None:
+        self.progress, self.total = progress, total
+
+    def __call__(self, n: int) -> None:
+        if self.progress is not None:
+            self.progress(n, self.total)
+
+
+def build_report(
+    source: str,
+    config: ShowConfig,
+    *,
+    out_dir: str | None = None,
+    png: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Read the manifest of ``source`` and the samples ``config`` draws (nothing else), then
+    write ``out_dir`` (a report folder) and/or ``png`` (the contact sheet); return the numbers."""
+    if out_dir is not None:
+        check_out_dir(out_dir)
+    if png is not None and not os.path.isdir(os.path.dirname(os.path.abspath(png))):
+        raise DestinationError(f"{png}: its folder does not exist")
+    columns = config.columns() if out_dir is not None else ()
+    ds = open_dataset(source, storage_options)
+
+    planned = min(config.samples, ds.num_samples or config.samples)
+    pictures = out_dir is not None or png is not None
+    steps = _Steps(progress, planned * (1 + pictures + len(columns)) + 1)
+    counter = ReadCounter()
+    wanted = Wanted(
+        exts=frozenset(spec.ext for _, spec in config.field_specs)
+        | ({config.label_spec.ext} if config.label_spec else set()),
+        label=config.label_spec,
+    )
+    drawn = draw(
+        ds,
+        samples=config.samples,
+        seed=config.seed,
+        header_samples=config.walks[0],
+        walk_share=config.walks[1],
+        wanted=wanted,
+        counter=counter,
+        storage_options=storage_options,
+        progress=steps,
+    )
+    shown = [_show(n, p, config, ds.classes, pictures, steps) for n, p in enumerate(drawn.picked)]
+    stats = statistics(ds, drawn.facts)
+    views = None
+    good = [s for s in shown if s.thumb is not None]  # what the loader can decode
+    # torch and the decoders load only for pictures, once the data set is found: a wrong
+    # SOURCE fails at once, and --json alone reads headers without them
+    if columns and good:
+        from wdstool.show.views import model_views
+
+        views = model_views(
+            [(s.picked.facts.key, _ext(s), s.picked.parts[_ext(s)]) for s in good],
+            columns,
+            seed=config.seed,
+            image_size=config.image_size,
+            progress=steps,
+        )
+    if out_dir is not None:
+        _write_folder(out_dir, ds, config, drawn, shown, stats, views)
+    if png is not None:
+        from wdstool.show.sheet import contact_sheet, save_png
+
+        tiles = [(s.thumb, [s.key, _label_text(s.meta)]) for s in shown]
+        save_png(
+            contact_sheet(tiles, f"{ds.source}: {len(shown)} samples, seed {config.seed}"), png
+        )
+    steps(1)
+    return _summary(ds, config, drawn, shown, stats, views, counter, out_dir, png)
+
+
+def _ext(s: Shown) -> str:
+    ext = image_ext(s.picked.parts)
+    assert ext is not None
+    return ext
+
+
+def _show(
+    n: int, p: Picked, config: ShowConfig, classes: tuple[str, ...], pictures: bool, steps
+) -> Shown:
+    meta = read_meta(p.parts, config.label_spec, config.field_specs, classes)
+    thumb, problem = None, None
+    ext = image_ext(p.parts)
+    if ext is None:
+        problem = "no image member"
+    elif pictures:
+        from wdstool.show.sheet import thumbnail
+
+        try:
+            thumb = thumbnail(
+                p.parts[ext], where=f"{p.url}: sample {printable_name(p.facts.key)!r}"
+            )
+        except SampleError as exc:
+            problem = exc.message
+    if pictures:
+        steps(1)
+    return Shown(n=n, picked=p, meta=meta, thumb=thumb, problem=problem)
+
+
+def _label_text(meta: Meta) -> str:
+    if meta.class_name is not None:
+        return f"{meta.class_name} ({meta.label})"
+    return "" if meta.label is None else f"label {meta.label}"
+
+
+def _write_folder(out_dir, ds, config, drawn, shown, stats, views: Views | None) -> None:
+    from wdstool.format.decode import decode_rgb
+    from wdstool.show.sheet import encode_jpeg, encode_png
+
+    files: dict[str, bytes] = {}
+    for s in shown:
+        if s.thumb is None:
+            continue
+        files[f"thumbs/{s.n:04d}.jpg"] = encode_jpeg(s.thumb)
+        data = s.picked.parts[_ext(s)]
+        browser = BROWSER_FORMATS.get(kind(data))
+        if browser is not None:
+            files[f"images/{s.n:04d}.{browser}"] = data
+        else:  # TIFF, BMP, PPM, ...: as the loader decodes them
+            pixels = decode_rgb(data).permute(1, 2, 0).numpy()
+            files[f"images/{s.n:04d}.png"] = encode_png(np.ascontiguousarray(pixels))
+    if views is not None:
+        good = [s for s in shown if s.thumb is not None]
+        for s, images in zip(good, views.images, strict=True):
+            for c, pixels in enumerate(images):
+                files[f"views/{s.n:04d}-{c}.jpg"] = encode_jpeg(pixels, quality=92)
+    charts = all_charts(stats)
+    files.update({f"charts/{name}.svg": svg for name, svg in charts.items()})
+    context = page_context(
+        ds=ds,
+        config=config,
+        drawn=drawn,
+        shown=shown,
+        stats=stats,
+        views=views,
+        charts=sorted(charts),
+        files=files,
+    )
+    write_report(out_dir, render_html({**context, "version": __version__}), files)
+
+
+def _summary(ds, config, drawn, shown, stats, views, counter, out_dir, png) -> dict[str, Any]:
+    shown_bytes = sum(s.picked.facts.nbytes for s in shown)
+    return {
+        "source": ds.source,
+        "out": out_dir,
+        "png": png,
+        "seed": config.seed,
+        "every_sample": drawn.every_sample,
+        "samples": [
+            {
+                "n": s.n,
+                "key": s.picked.facts.key,
+                "shard": shard_name(s.picked.url),
+                "offset": s.picked.facts.offset,
+                "bytes": s.picked.facts.nbytes,
+                "members": list(s.picked.facts.exts),
+                "label": s.meta.label,
+                "class": s.meta.class_name,
+                "fields": json_safe(s.meta.values),
+                "image": None if s.picked.facts.image is None else vars_of(s.picked.facts.image),
+                "problems": [*s.meta.problems, *([s.problem] if s.problem else [])],
+            }
+            for s in shown
+        ],
+        "statistics": stats,
+        "views": None
+        if views is None
+        else {"columns": [c.title for c in views.columns], "stand_ins": list(views.stand_ins)},
+        "reads": {
+            "bytes": counter.bytes + ds.manifest_bytes,
+            "requests": counter.requests + (1 if ds.manifest_url else 0),
+            "manifest_bytes": ds.manifest_bytes,
+            "shown_bytes": shown_bytes,
+            "ratio": round(
+                (counter.bytes + ds.manifest_bytes) / max(1, shown_bytes + ds.manifest_bytes), 3
+            ),
+        },
+    }
+
+
+def vars_of(obj: Any) -> dict[str, Any]:
+    return {k: getattr(obj, k) for k in obj.__dataclass_fields__}
