@@ -1,6 +1,7 @@
 """``make bench-peers``: the same epoch through wdstool's loader and its peers, interleaved.
 
-    python bench/peers/run.py [DATA] [--rounds 3] [--peers dali,spdl,...] [--out PREFIX]
+    python bench/peers/run.py [DATA] [--rounds 3] [--peers dali,spdl,...] [--recipe full]
+                              [--out PREFIX]
 
 DATA (default bench/data) holds ``images/`` (ImageFolder tree) and ``shards/`` (wdstool shards
 with ``index.json``); peers' own formats are converted once into ``DATA/peers/`` (untimed,
@@ -9,8 +10,10 @@ round runs every peer next to a run of wdstool (``peer_wdstool.py``), each run a
 process, the order within a pair alternating and the peers' order rotating from round to
 round. Figures are medians over rounds; the ratio is wdstool ÷ peer (samples/s) taken pair by
 pair (same round, back to back), reported as median and range. A peer that cannot be imported
-or run here is a skip with the reason, never a number. Writes PREFIX.json and PREFIX.md
-(default bench/results/peers).
+or run here is a skip with the reason, never a number. ``--recipe full`` gives every runner the
+full training recipe (RRC bicubic + flip + TrivialAugmentWide + RandomErasing 0.25) instead of
+RRC + flip (``_common.RECIPES``); each row's configuration says what that peer ran. Writes
+PREFIX.json and PREFIX.md (default bench/results/peers).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from _common import RECIPES
 
 HERE = Path(__file__).resolve().parent
 PEERS = ("dali", "spdl", "litdata", "mosaic", "webdataset", "imagefolder")
@@ -61,6 +66,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--recipe", choices=list(RECIPES), default="default", help="augmentation")
     p.add_argument(
         "--out", type=Path, default=Path("bench/results/peers"), help="PREFIX of .json/.md"
     )
@@ -84,7 +90,7 @@ def call(args: argparse.Namespace, peer: str, action: str, seed: int = 0) -> dic
     comes back as ``{"error": ...}`` with the last line of its stderr."""
     cmd = [args.python, str(HERE / f"peer_{peer}.py"), action, str(args.data.resolve())]
     cmd += ["--workers", str(args.workers), "--batch-size", str(args.batch_size)]
-    cmd += ["--image-size", str(args.image_size), "--seed", str(seed)]
+    cmd += ["--image-size", str(args.image_size), "--seed", str(seed), "--recipe", args.recipe]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     except subprocess.TimeoutExpired:
@@ -171,13 +177,15 @@ def _fmt(x: float | None, digits: int = 0) -> str:
 def markdown(report: dict[str, Any]) -> str:
     m, cfg = report["machine"], report["config"]
     vers = ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v)
+    recipe = cfg.get("recipe", "default")
+    title = "# wdstool and its peers: one epoch, the same job"
     out = [
-        "# wdstool and its peers: one epoch, the same job",
+        title if recipe == "default" else f"{title}, the full training recipe",
         "",
         f"`{report['command']}`",
         "",
         f"{cfg['samples']:,} images ({cfg['data']}), {cfg['workers']} workers (or threads), batch "
-        f"{cfg['batch_size']}, RandomResizedCrop {cfg['image_size']} + horizontal flip, uint8 "
+        f"{cfg['batch_size']}, {RECIPES[recipe].format(S=cfg['image_size'])}, uint8 "
         f"output, full shuffled epochs, a fresh process per run, page cache warm; medians of "
         f"{cfg['rounds']} rounds. Machine: {m['cores']} cores, {m['cpu_model']}, Python "
         f"{m['python']}; {vers}.",
@@ -289,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
             "workers": args.workers,
             "batch_size": args.batch_size,
             "image_size": args.image_size,
+            "recipe": args.recipe,
             "rounds": args.rounds,
         },
         "machine": machine(),
