@@ -1,4 +1,5 @@
-"""What every peer runner shares: the job's arguments, the timed epoch, the memory monitor.
+"""What every peer runner shares: the job's arguments, the recipes, the timed epoch (its memory
+monitor in _memory.py).
 
 A runner is ``python bench/peers/peer_NAME.py DATA [--workers 2 --batch-size 64 ...]``: it builds
 its pipeline for one full shuffled epoch of DATA (``DATA/images`` ImageFolder tree,
@@ -14,14 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import random
-import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+from _memory import MemoryMonitor
 
 # what every peer delivers: uint8 [B, 3, S, S] images and int64 [B] labels
 Batch = tuple[Any, Any]
@@ -168,67 +169,6 @@ def decode_jpeg(data: Any) -> Any:
         warnings.simplefilter("ignore", UserWarning)
         buf = torch.frombuffer(data, dtype=torch.uint8)
     return _decode(buf, mode=ImageReadMode.RGB)
-
-
-class MemoryMonitor:
-    """Samples RSS summed over this process and all its descendants (and PSS, from
-    /proc/PID/smaps_rollup where readable) every ``period`` seconds; keeps the peaks."""
-
-    def __init__(self, period: float = 2.0) -> None:
-        import psutil  # noqa: F401  (fails here, before the run, where it is missing)
-
-        self.period = period
-        self.peak_rss = 0
-        self.peak_pss: int | None = None
-        self.peak_procs = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="mem-monitor", daemon=True)
-
-    def __enter__(self) -> MemoryMonitor:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.sample()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.period):
-            self.sample()
-
-    def sample(self) -> None:
-        import psutil
-
-        me = psutil.Process(os.getpid())
-        try:
-            procs = [me, *me.children(recursive=True)]
-        except psutil.Error:
-            procs = [me]
-        rss = 0
-        pss: int | None = 0
-        for p in procs:
-            try:
-                rss += p.memory_info().rss
-            except psutil.Error:
-                continue
-            one = _pss(p.pid)
-            pss = None if one is None or pss is None else pss + one
-        self.peak_rss = max(self.peak_rss, rss)
-        self.peak_procs = max(self.peak_procs, len(procs))
-        if pss is not None:
-            self.peak_pss = max(self.peak_pss or 0, pss)
-
-
-def _pss(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 def run_epoch(
