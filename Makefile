@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 DEMO_DIR ?= build/demo
 DEMO_IMAGES ?= 2000
 
-.PHONY: venv demo test lint format bench bench-fields bench-large bench-peers faults clean
+.PHONY: venv demo test lint format bench bench-fields bench-large bench-peers bench-peers-recipe faults clean
 BENCH_DATA ?= bench/data
 BENCH_IMAGES ?= 10000
 BENCH_WORKERS ?= 1,2
@@ -71,13 +71,17 @@ bench-fields: $(STAMP)
 # above; SPDL also needs FFmpeg's shared libraries (installed with apt-get when run as root,
 # else its row is a skip). Their formats are converted once into $(PEERS_DATA)/peers/.
 # Another data folder (images/ + shards/): make bench-peers PEERS_DATA=bench/data-large
-# PEERS_OUT=bench/results/peers-large
+# PEERS_OUT=bench/results/peers-large. `make bench-peers-recipe`: the same with the full training
+# recipe (RRC bicubic + flip + TrivialAugmentWide + RandomErasing 0.25; DALI with its closest ops),
+# results in $(PEERS_RECIPE_OUT).
 PEERS_VENV := .venv-peers
 PEERS_PY := $(PEERS_VENV)/bin/python
 PEERS_STAMP := $(PEERS_VENV)/.installed
 PEERS_DATA ?= $(BENCH_DATA)
 PEERS_OUT ?= bench/results/peers
 PEERS_ROUNDS ?= 3
+PEERS_FLAGS ?=
+PEERS_RECIPE_OUT ?= bench/results/peers-recipe
 
 $(PEERS_STAMP): pyproject.toml setup.py wdstool/format/_jpegcrop.c wdstool/format/_mapread.c bench/peers/requirements.txt
 	test -x $(PEERS_PY) || $(PYTHON) -m venv $(PEERS_VENV)
@@ -95,7 +99,10 @@ bench-peers: $(STAMP) $(PEERS_STAMP)
 	    apt-get update -qq && apt-get install -y -qq --no-install-recommends ffmpeg; \
 	  else echo "note: SPDL needs FFmpeg's shared libraries (apt-get install ffmpeg); its row will be a skip"; fi; }
 	mkdir -p $(dir $(PEERS_OUT))
-	$(PEERS_PY) bench/peers/run.py $(PEERS_DATA) --rounds $(PEERS_ROUNDS) --out $(PEERS_OUT)
+	$(PEERS_PY) bench/peers/run.py $(PEERS_DATA) --rounds $(PEERS_ROUNDS) $(PEERS_FLAGS) --out $(PEERS_OUT)
+
+bench-peers-recipe:
+	$(MAKE) bench-peers PEERS_FLAGS="--recipe full" PEERS_OUT=$(PEERS_RECIPE_OUT)
 
 # Large images (issue 20): 2,000 JPEGs of about 1600x1200 (~1.1 MB each), generated and packed
 # once under bench/data-large/ (git-ignored); the loader with the scaled decode on against the

@@ -1,9 +1,11 @@
-"""What every peer runner shares: the job's arguments, the timed epoch, the memory monitor.
+"""What every peer runner shares: the job's arguments, the recipes, the timed epoch (its memory
+monitor in _memory.py).
 
 A runner is ``python bench/peers/peer_NAME.py DATA [--workers 2 --batch-size 64 ...]``: it builds
 its pipeline for one full shuffled epoch of DATA (``DATA/images`` ImageFolder tree,
 ``DATA/shards`` wdstool shards with ``index.json``, ``DATA/peers/`` its converted copies), runs
-it, and prints one JSON line of figures. ``prepare`` as first argument converts the data once
+it, and prints one JSON line of figures. ``--recipe full`` swaps the augmentation for the
+full training recipe (``RECIPES``). ``prepare`` as first argument converts the data once
 (untimed; cached under ``DATA/peers/``); ``check`` imports the peer and says why it cannot run.
 Not part of the library: nothing in wdstool, loaders or shard_writer imports these files.
 """
@@ -13,17 +15,31 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import random
-import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from _memory import MemoryMonitor
+
 # what every peer delivers: uint8 [B, 3, S, S] images and int64 [B] labels
 Batch = tuple[Any, Any]
+
+
+# the augmentation every peer runs, by --recipe; "full" is wdstool's "trivialaug" preset
+# (loaders/recipe/presets.py), torchvision's ta_wide reference recipe
+RECIPES = {
+    "default": "RandomResizedCrop {S} + horizontal flip",
+    "full": "RandomResizedCrop {S} (bicubic, antialiased) + horizontal flip + TrivialAugmentWide "
+    "+ RandomErasing(p=0.25)",
+}
+# the same, as the peers' config strings name the torchvision v2 ops they run
+V2_OPS = {
+    "default": "v2 RRC+flip",
+    "full": "v2 RRC(bicubic)+flip+TrivialAugmentWide+RandomErasing(0.25)",
+}
 
 
 class Skip(Exception):
@@ -39,6 +55,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--prefetch-factor", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--recipe", choices=list(RECIPES), default="default", help="augmentation")
     # 2 s, as stream-bench --memory: reading smaps_rollup walks a process's page tables
     # (tens of ms each here), and sampling every 0.1 s cost each pipeline 10-13% of its rate
     p.add_argument("--sample-every", type=float, default=2.0, help="memory sampling period, s")
@@ -112,12 +129,31 @@ def rrc_box(width: int, height: int, rng: random.Random) -> tuple[int, int, int,
     return (width - w) // 2, (height - h) // 2, w, h
 
 
-def tensor_augment(image_size: int) -> Callable[[Any], Any]:
-    """RandomResizedCrop + horizontal flip (torchvision v2, bilinear, antialiased) on a uint8
-    CHW tensor: the augmentation of the peers that decode with ``torchvision.io``."""
+def recipe_ops(image_size: int, recipe: str = "default", *, pil: bool = False) -> list[Any]:
+    """The recipe as torchvision v2 ops, for a uint8 CHW tensor (``pil``: for a PIL image, with
+    ``PILToTensor`` where the recipe leaves PIL: before RandomErasing, which passes PIL through
+    untouched). default: RandomResizedCrop (bilinear, antialiased) + flip; full: the same crop
+    bicubic + flip + TrivialAugmentWide + RandomErasing(p=0.25), as torchvision's references."""
     from torchvision.transforms import v2
 
-    return v2.Compose([v2.RandomResizedCrop(image_size, antialias=True), v2.RandomHorizontalFlip()])
+    if recipe == "default":
+        ops = [v2.RandomResizedCrop(image_size, antialias=True), v2.RandomHorizontalFlip()]
+        return [*ops, v2.PILToTensor()] if pil else ops
+    bicubic = v2.InterpolationMode.BICUBIC
+    ops = [
+        v2.RandomResizedCrop(image_size, interpolation=bicubic, antialias=True),
+        v2.RandomHorizontalFlip(),
+        v2.TrivialAugmentWide(),
+    ]
+    return [*ops, *([v2.PILToTensor()] if pil else []), v2.RandomErasing(p=0.25)]
+
+
+def tensor_augment(image_size: int, recipe: str = "default") -> Callable[[Any], Any]:
+    """``recipe_ops`` as one v2 pipeline on a uint8 CHW tensor: the augmentation of the peers
+    that decode with ``torchvision.io``."""
+    from torchvision.transforms import v2
+
+    return v2.Compose(recipe_ops(image_size, recipe))
 
 
 def decode_jpeg(data: Any) -> Any:
@@ -133,67 +169,6 @@ def decode_jpeg(data: Any) -> Any:
         warnings.simplefilter("ignore", UserWarning)
         buf = torch.frombuffer(data, dtype=torch.uint8)
     return _decode(buf, mode=ImageReadMode.RGB)
-
-
-class MemoryMonitor:
-    """Samples RSS summed over this process and all its descendants (and PSS, from
-    /proc/PID/smaps_rollup where readable) every ``period`` seconds; keeps the peaks."""
-
-    def __init__(self, period: float = 2.0) -> None:
-        import psutil  # noqa: F401  (fails here, before the run, where it is missing)
-
-        self.period = period
-        self.peak_rss = 0
-        self.peak_pss: int | None = None
-        self.peak_procs = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="mem-monitor", daemon=True)
-
-    def __enter__(self) -> MemoryMonitor:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.sample()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.period):
-            self.sample()
-
-    def sample(self) -> None:
-        import psutil
-
-        me = psutil.Process(os.getpid())
-        try:
-            procs = [me, *me.children(recursive=True)]
-        except psutil.Error:
-            procs = [me]
-        rss = 0
-        pss: int | None = 0
-        for p in procs:
-            try:
-                rss += p.memory_info().rss
-            except psutil.Error:
-                continue
-            one = _pss(p.pid)
-            pss = None if one is None or pss is None else pss + one
-        self.peak_rss = max(self.peak_rss, rss)
-        self.peak_procs = max(self.peak_procs, len(procs))
-        if pss is not None:
-            self.peak_pss = max(self.peak_pss or 0, pss)
-
-
-def _pss(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 def run_epoch(
@@ -250,6 +225,7 @@ def run_epoch(
         "batch_size": args.batch_size,
         "image_size": size,
         "seed": args.seed,
+        "recipe": args.recipe,
         "config": config,
     }
 

@@ -7,11 +7,21 @@
 libjpeg-turbo); ``fn.resize`` to SxS (linear, antialiased); ``fn.crop_mirror_normalize`` with
 ``mirror=fn.random.coin_flip()``, ``dtype=UINT8``, ``output_layout="CHW"`` (the flip and the
 HWC->CHW transpose in one pass, no normalization); ``num_threads`` = workers; batches through
-``DALIGenericIterator`` (``LastBatchPolicy.PARTIAL``: exactly one epoch)."""
+``DALIGenericIterator`` (``LastBatchPolicy.PARTIAL``: exactly one epoch).
+
+``--recipe full``, DALI's closest ops (``_full``): the same region decode; ``fn.resize``
+(``INTERP_CUBIC``, antialiased); ``fn.flip(horizontal=coin_flip)``;
+``nvidia.dali.auto_aug.trivial_augment.trivial_augment_wide`` (31 bins, translations up to 32
+px, as torchvision's; ``fill_value=0`` and ``INTERP_NN`` as torchvision's defaults, DALI's
+being 128 and linear); RandomErasing(p=0.25) as ``fn.erase`` under a coin flip (conditionals
+enabled), the rectangle drawn as torchvision draws it (area 0.02-0.33, log-uniform ratio
+0.3-3.3, anchor uniform, zeros) except that a side longer than the image is clamped to it
+instead of redrawn (torchvision's 10 tries); ``fn.transpose`` to CHW."""
 
 from __future__ import annotations
 
 import argparse
+import math
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -56,7 +66,11 @@ def build(args: argparse.Namespace) -> Iterator[Batch]:
     size = args.image_size
 
     @pipeline_def(
-        batch_size=args.batch_size, num_threads=args.workers, device_id=None, seed=args.seed + 1
+        batch_size=args.batch_size,
+        num_threads=args.workers,
+        device_id=None,
+        seed=args.seed + 1,
+        enable_conditionals=args.recipe == "full",  # the erase's coin flip, TrivialAugment's choice
     )
     def pipe():  # type: ignore[no-untyped-def]
         jpegs, cls = fn.readers.webdataset(
@@ -75,13 +89,16 @@ def build(args: argparse.Namespace) -> Iterator[Batch]:
             random_aspect_ratio=[3 / 4, 4 / 3],
             num_attempts=10,
         )
-        images = fn.resize(images, resize_x=size, resize_y=size, antialias=True)
-        images = fn.crop_mirror_normalize(
-            images,
-            dtype=types.UINT8,
-            output_layout="CHW",
-            mirror=fn.random.coin_flip(probability=0.5),
-        )
+        if args.recipe == "full":
+            images = _full(images, size)
+        else:
+            images = fn.resize(images, resize_x=size, resize_y=size, antialias=True)
+            images = fn.crop_mirror_normalize(
+                images,
+                dtype=types.UINT8,
+                output_layout="CHW",
+                mirror=fn.random.coin_flip(probability=0.5),
+            )
         # the label is the .cls member's ASCII digits: padded to a fixed width for batching
         return images, fn.pad(cls, fill_value=32, shape=[8])
 
@@ -100,12 +117,52 @@ def build(args: argparse.Namespace) -> Iterator[Batch]:
         yield images, labels
 
 
+def _full(images: Any, size: int) -> Any:
+    """The full recipe after the region decode, in DALI's closest ops (HWC in, CHW out)."""
+    from nvidia.dali import fn, types
+    from nvidia.dali.auto_aug.trivial_augment import trivial_augment_wide
+
+    images = fn.resize(
+        images, resize_x=size, resize_y=size, antialias=True, interp_type=types.INTERP_CUBIC
+    )
+    images = fn.flip(images, horizontal=fn.random.coin_flip(probability=0.5))
+    images = trivial_augment_wide(images, fill_value=0, interp_type=types.INTERP_NN)
+    if fn.random.coin_flip(probability=0.25):
+        images = _erase(images)
+    return fn.transpose(images, perm=[2, 0, 1])
+
+
+def _erase(images: Any) -> Any:
+    """torchvision's RandomErasing rectangle (scale 0.02-0.33 of the area, log-uniform aspect
+    ratio 0.3-3.3, uniform position, zeros), in fractions of the (square) image."""
+    from nvidia.dali import fn
+    from nvidia.dali import math as dmath
+
+    area = fn.random.uniform(range=[0.02, 0.33], shape=[1])
+    ratio = dmath.exp(fn.random.uniform(range=[math.log(0.3), math.log(3.3)], shape=[1]))
+    shape = fn.cat(
+        dmath.min(dmath.sqrt(area * ratio), 1.0), dmath.min(dmath.sqrt(area / ratio), 1.0)
+    )
+    anchor = fn.random.uniform(range=[0.0, 1.0], shape=[2]) * (1.0 - shape)
+    return fn.erase(
+        images, anchor=anchor, shape=shape, normalized=True, axis_names="HW", fill_value=0
+    )
+
+
 def config(args: argparse.Namespace) -> dict[str, Any]:
+    head = "readers.webdataset(random_shuffle=True) -> decoders.image_random_crop -> "
+    tail = f"device='cpu', num_threads={args.workers}, DALIGenericIterator"
+    if args.recipe == "full":
+        return {
+            "reads": "shards (tar) + DALI index files",
+            "loader": f"{head}resize(INTERP_CUBIC, antialias) -> flip(coin_flip) -> "
+            "auto_aug.trivial_augment_wide(31 bins, fill_value=0, INTERP_NN) -> "
+            "if coin_flip(0.25): erase(torchvision's rectangle, sides clamped to the image, "
+            f"zeros) -> transpose(CHW), enable_conditionals=True, {tail}",
+        }
     return {
         "reads": "shards (tar) + DALI index files",
-        "loader": f"readers.webdataset(random_shuffle=True) -> decoders.image_random_crop -> "
-        f"resize(antialias) -> crop_mirror_normalize(UINT8, CHW, coin_flip), device='cpu', "
-        f"num_threads={args.workers}, DALIGenericIterator",
+        "loader": f"{head}resize(antialias) -> crop_mirror_normalize(UINT8, CHW, coin_flip), {tail}",
     }
 
 

@@ -1,7 +1,9 @@
 """torchvision ``ImageFolder`` on DATA/images with its default PIL loader: what most training
 scripts do, the classic reference (PIL on purpose; not tuned). v2 RandomResizedCrop
-(antialiased, on the PIL image) + flip + ``PILToTensor`` (uint8), ``DataLoader(shuffle=True,
-num_workers=workers, prefetch_factor)``."""
+(antialiased, on the PIL image) + flip + ``PILToTensor`` (uint8); ``--recipe full``: the crop
+bicubic + flip + TrivialAugmentWide on the PIL image, ``PILToTensor``, RandomErasing(0.25) on
+the tensor (torchvision's reference order); ``DataLoader(shuffle=True, num_workers=workers,
+prefetch_factor)``."""
 
 from __future__ import annotations
 
@@ -9,7 +11,12 @@ import argparse
 from collections.abc import Iterator
 from typing import Any
 
-from _common import Batch, Skip, image_files, main
+from _common import V2_OPS, Batch, Skip, image_files, main, recipe_ops
+
+_OPS = {  # where PILToTensor comes in each recipe
+    "default": f"{V2_OPS['default']}+PILToTensor",
+    "full": V2_OPS["full"].replace("+RandomErasing", "+PILToTensor+RandomErasing"),
+}
 
 
 def check(args: argparse.Namespace) -> None:
@@ -26,13 +33,7 @@ def build(args: argparse.Namespace) -> Iterator[Batch]:
     from torchvision.transforms import v2
 
     torch.manual_seed(args.seed)
-    tf = v2.Compose(
-        [
-            v2.RandomResizedCrop(args.image_size, antialias=True),
-            v2.RandomHorizontalFlip(),
-            v2.PILToTensor(),
-        ]
-    )
+    tf = v2.Compose(recipe_ops(args.image_size, args.recipe, pil=True))
     ds = datasets.ImageFolder(str(args.data / "images"), transform=tf)
     kwargs = {"prefetch_factor": args.prefetch_factor} if args.workers else {}
     loader = torch.utils.data.DataLoader(
@@ -44,7 +45,7 @@ def build(args: argparse.Namespace) -> Iterator[Batch]:
 def config(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "reads": "images (files)",
-        "loader": f"ImageFolder(PIL) + v2 RRC+flip+PILToTensor, DataLoader(shuffle=True, "
+        "loader": f"ImageFolder(PIL) + {_OPS[args.recipe]}, DataLoader(shuffle=True, "
         f"num_workers={args.workers}, prefetch_factor={args.prefetch_factor})",
     }
 

@@ -3,7 +3,8 @@ cached in DATA/peers/litdata/): ``litdata.optimize`` over ImageFolder's file lis
 ``{"image": PIL.Image.open(path), "label": int}``; litdata's JPEG serializer stores the files'
 own bytes (no re-encoding), 64 MB chunks. Read with ``StreamingDataset(shuffle=True)``
 (its JPEG deserializer decodes with ``torchvision.io.decode_jpeg``) + ``transform=``
-torchvision v2 RandomResizedCrop(antialias) + flip on the uint8 tensor, through
+the recipe's torchvision v2 ops on the uint8 tensor (default: RandomResizedCrop(antialias) +
+flip; ``--recipe full``: _common.recipe_ops), through
 ``StreamingDataLoader(num_workers=workers, prefetch_factor)``: litdata's own ImageNet
 streaming benchmark (benchmarks/litdata/stream_imagenet.py) less its float conversion."""
 
@@ -15,7 +16,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from _common import Batch, Skip, cached, image_files, main, mark_cached, tensor_augment
+from _common import (
+    V2_OPS,
+    Batch,
+    Skip,
+    cached,
+    image_files,
+    main,
+    mark_cached,
+    tensor_augment,
+)
 
 
 def out_dir(args: argparse.Namespace) -> Path:
@@ -59,13 +69,14 @@ def prepare(args: argparse.Namespace) -> None:
 class _Augment:
     """Picklable: the sample dict -> (uint8 image, label)."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, recipe: str) -> None:
         self.size = size
+        self.recipe = recipe
         self.tf: Any = None
 
     def __call__(self, sample: dict[str, Any]) -> tuple[Any, int]:
         if self.tf is None:
-            self.tf = tensor_augment(self.size)
+            self.tf = tensor_augment(self.size, self.recipe)
         return self.tf(sample["image"]), sample["label"]
 
 
@@ -74,9 +85,8 @@ def build(args: argparse.Namespace) -> Iterator[Batch]:
 
     if not cached(out_dir(args), args.data):
         raise SystemExit(f"litdata: {out_dir(args)} not prepared; run the prepare step first")
-    ds = StreamingDataset(
-        str(out_dir(args)), shuffle=True, seed=args.seed, transform=_Augment(args.image_size)
-    )
+    augment = _Augment(args.image_size, args.recipe)
+    ds = StreamingDataset(str(out_dir(args)), shuffle=True, seed=args.seed, transform=augment)
     kwargs = {"prefetch_factor": args.prefetch_factor} if args.workers else {}
     loader = StreamingDataLoader(ds, batch_size=args.batch_size, num_workers=args.workers, **kwargs)
     yield from loader
@@ -85,7 +95,7 @@ def build(args: argparse.Namespace) -> Iterator[Batch]:
 def config(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "reads": "litdata chunks (the JPEG bytes, 64 MB chunks)",
-        "loader": f"StreamingDataset(shuffle=True, transform=v2 RRC+flip) + "
+        "loader": f"StreamingDataset(shuffle=True, transform={V2_OPS[args.recipe]}) + "
         f"StreamingDataLoader(num_workers={args.workers}, "
         f"prefetch_factor={args.prefetch_factor})",
     }

@@ -4,7 +4,8 @@ own JPEG bytes (the ``jpeg`` column type would hand back a PIL image: decoding w
 ``torchvision.io.decode_jpeg`` instead is faster here, see _common.decode_jpeg), 64 MB shards.
 Read with ``StreamingDataset(local=..., shuffle=True, batch_size=B)`` (its default ``py1e``
 shuffle), subclassed as in streaming's own vision datasets to decode and augment in
-``__getitem__`` (v2 RandomResizedCrop(antialias) + flip on the uint8 tensor), through a
+``__getitem__`` (the recipe's v2 ops on the uint8 tensor: default RandomResizedCrop(antialias)
++ flip; ``--recipe full``: _common.recipe_ops), through a
 ``torch.utils.data.DataLoader(num_workers=workers, prefetch_factor)``."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import (
+    V2_OPS,
     Batch,
     Skip,
     cached,
@@ -58,15 +60,16 @@ def _dataset_class() -> Any:
     from streaming import StreamingDataset
 
     class Augmented(StreamingDataset):  # type: ignore[misc, valid-type]
-        def __init__(self, *, image_size: int, **kwargs: Any) -> None:
+        def __init__(self, *, image_size: int, recipe: str, **kwargs: Any) -> None:
             super().__init__(**kwargs)
             self.image_size = image_size
+            self.recipe = recipe
             self.tf: Any = None
 
         def __getitem__(self, index: int) -> tuple[Any, int]:
             sample = super().__getitem__(index)
             if self.tf is None:
-                self.tf = tensor_augment(self.image_size)
+                self.tf = tensor_augment(self.image_size, self.recipe)
             return self.tf(decode_jpeg(sample["image"])), sample["label"]
 
     return Augmented
@@ -81,6 +84,7 @@ def build(args: argparse.Namespace) -> Iterator[Batch]:
     clean_stale_shared_memory()
     ds = _dataset_class()(
         image_size=args.image_size,
+        recipe=args.recipe,
         local=str(out_dir(args)),
         shuffle=True,
         shuffle_seed=args.seed,
@@ -96,8 +100,8 @@ def build(args: argparse.Namespace) -> Iterator[Batch]:
 def config(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "reads": "MDS shards (the JPEG bytes, 64 MB shards)",
-        "loader": f"StreamingDataset(local, shuffle=True, py1e) + decode_jpeg + v2 RRC+flip "
-        f"in __getitem__, DataLoader(num_workers={args.workers}, "
+        "loader": f"StreamingDataset(local, shuffle=True, py1e) + decode_jpeg + "
+        f"{V2_OPS[args.recipe]} in __getitem__, DataLoader(num_workers={args.workers}, "
         f"prefetch_factor={args.prefetch_factor})",
     }
 

@@ -1,6 +1,9 @@
 """wdstool's loader (``loaders.make_loader``) on DATA/shards: the row every peer is compared
 with. Defaults as documented: block shuffle (buffer 2,000), prefetch 4 batches per worker,
-the crop drawn from the JPEG header and only the crop decoded, uint8 batches."""
+the crop drawn from the JPEG header and only the crop decoded, uint8 batches. ``--recipe full``:
+``transform=`` the "trivialaug" preset (loaders/recipe/presets.py): its RandomResizedCrop
+bicubic + flip fused into the partial decode, TrivialAugmentWide + RandomErasing(0.25) in the
+workers on the crop, seeded per sample."""
 
 from __future__ import annotations
 
@@ -15,6 +18,15 @@ def check(args: argparse.Namespace) -> None:
     import loaders  # noqa: F401  (imported before the clock starts, as for every peer)
 
 
+def transform(args: argparse.Namespace) -> Any:
+    """The recipe as ``make_loader(transform=...)`` takes it (None: the built-in recipe)."""
+    from loaders.recipe.presets import resolve_transform
+
+    if args.recipe == "default":
+        return None
+    return resolve_transform("trivialaug", args.image_size).transform
+
+
 def build(args: argparse.Namespace) -> Iterator[Batch]:
     from loaders import make_loader
 
@@ -26,6 +38,7 @@ def build(args: argparse.Namespace) -> Iterator[Batch]:
         prefetch_factor=args.prefetch_factor,
         seed=args.seed,
         output="uint8",
+        transform=transform(args),
     )
     loader.set_epoch(0)
     for batch in loader:
@@ -33,10 +46,18 @@ def build(args: argparse.Namespace) -> Iterator[Batch]:
 
 
 def config(args: argparse.Namespace) -> dict[str, Any]:
+    loader = (
+        f"loaders.make_loader(num_workers={args.workers}, "
+        f"prefetch_factor={args.prefetch_factor}, shuffle_buffer=2000, output='uint8'"
+    )
+    if args.recipe == "default":
+        return {"reads": "shards (tar)", "loader": loader + ")"}
+    from loaders.recipe import build_recipe
+
+    recipe = build_recipe(transform(args), train=True, image_size=args.image_size, output="uint8")
     return {
         "reads": "shards (tar)",
-        "loader": f"loaders.make_loader(num_workers={args.workers}, "
-        f"prefetch_factor={args.prefetch_factor}, shuffle_buffer=2000, output='uint8')",
+        "loader": f"{loader}, transform=presets 'trivialaug'): {recipe.describe()}",
     }
 
 

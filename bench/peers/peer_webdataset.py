@@ -2,8 +2,9 @@
 nodesplitter=wds.split_by_node).shuffle(2000)`` (the same 2,000-sample buffer of compressed
 samples as wdstool's loader), ``.to_tuple("jpg", "cls")``, ``.map_tuple(decode + augment,
 int)`` with ``torchvision.io.decode_jpeg`` (faster here than ``.decode("pil")``, see
-_common.decode_jpeg) and torchvision v2 RandomResizedCrop(antialias) + flip on the uint8
-tensor, ``.batched(B, partial=True)`` in the workers, ``wds.WebLoader(batch_size=None,
+_common.decode_jpeg) and the recipe's torchvision v2 ops on the uint8 tensor (default:
+RandomResizedCrop(antialias) + flip; ``--recipe full``: _common.recipe_ops),
+``.batched(B, partial=True)`` in the workers, ``wds.WebLoader(batch_size=None,
 num_workers=workers, prefetch_factor)``. (`make bench` has the PIL variant.)"""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import argparse
 from collections.abc import Iterator
 from typing import Any
 
-from _common import Batch, Skip, decode_jpeg, main, shard_paths, tensor_augment
+from _common import V2_OPS, Batch, Skip, decode_jpeg, main, shard_paths, tensor_augment
 
 
 def check(args: argparse.Namespace) -> None:
@@ -26,13 +27,14 @@ def check(args: argparse.Namespace) -> None:
 class _Augment:
     """Picklable: JPEG bytes -> augmented uint8 CHW tensor."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, recipe: str) -> None:
         self.size = size
+        self.recipe = recipe
         self.tf: Any = None
 
     def __call__(self, data: bytes) -> Any:
         if self.tf is None:
-            self.tf = tensor_augment(self.size)
+            self.tf = tensor_augment(self.size, self.recipe)
         return self.tf(decode_jpeg(data))
 
 
@@ -51,7 +53,7 @@ def build(args: argparse.Namespace) -> Iterator[Batch]:
         )
         .shuffle(2000)
         .to_tuple("jpg", "cls")
-        .map_tuple(_Augment(args.image_size), int)
+        .map_tuple(_Augment(args.image_size, args.recipe), int)
         .batched(args.batch_size, partial=True)
     )
     kwargs = {"prefetch_factor": args.prefetch_factor} if args.workers else {}
@@ -63,7 +65,7 @@ def config(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "reads": "shards (tar)",
         "loader": f"WebDataset(shardshuffle=<shards>).shuffle(2000).to_tuple('jpg','cls')"
-        f".map_tuple(decode_jpeg + v2 RRC+flip, int).batched({args.batch_size}) + "
+        f".map_tuple(decode_jpeg + {V2_OPS[args.recipe]}, int).batched({args.batch_size}) + "
         f"WebLoader(num_workers={args.workers}, prefetch_factor={args.prefetch_factor})",
     }
 

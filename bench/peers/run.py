@@ -1,6 +1,7 @@
 """``make bench-peers``: the same epoch through wdstool's loader and its peers, interleaved.
 
-    python bench/peers/run.py [DATA] [--rounds 3] [--peers dali,spdl,...] [--out PREFIX]
+    python bench/peers/run.py [DATA] [--rounds 3] [--peers dali,spdl,...] [--recipe full]
+                              [--out PREFIX]
 
 DATA (default bench/data) holds ``images/`` (ImageFolder tree) and ``shards/`` (wdstool shards
 with ``index.json``); peers' own formats are converted once into ``DATA/peers/`` (untimed,
@@ -9,8 +10,10 @@ round runs every peer next to a run of wdstool (``peer_wdstool.py``), each run a
 process, the order within a pair alternating and the peers' order rotating from round to
 round. Figures are medians over rounds; the ratio is wdstool ÷ peer (samples/s) taken pair by
 pair (same round, back to back), reported as median and range. A peer that cannot be imported
-or run here is a skip with the reason, never a number. Writes PREFIX.json and PREFIX.md
-(default bench/results/peers).
+or run here is a skip with the reason, never a number. ``--recipe full`` gives every runner the
+full training recipe (RRC bicubic + flip + TrivialAugmentWide + RandomErasing 0.25) instead of
+RRC + flip (``_common.RECIPES``); each row's configuration says what that peer ran. Writes
+PREFIX.json and PREFIX.md (default bench/results/peers).
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -26,17 +28,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from _common import RECIPES
+from _report import markdown, summarize
+
 HERE = Path(__file__).resolve().parent
 PEERS = ("dali", "spdl", "litdata", "mosaic", "webdataset", "imagefolder")
-TITLES = {
-    "wdstool": "wdstool `make_loader`",
-    "dali": "NVIDIA DALI, CPU pipeline",
-    "spdl": "SPDL pipeline",
-    "litdata": "litdata `StreamingDataset`",
-    "mosaic": "MosaicML `StreamingDataset`",
-    "webdataset": "upstream webdataset + `decode_jpeg`",
-    "imagefolder": "ImageFolder + PIL",
-}
 PACKAGES = (
     "torch",
     "torchvision",
@@ -61,6 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--recipe", choices=list(RECIPES), default="default", help="augmentation")
     p.add_argument(
         "--out", type=Path, default=Path("bench/results/peers"), help="PREFIX of .json/.md"
     )
@@ -84,7 +81,7 @@ def call(args: argparse.Namespace, peer: str, action: str, seed: int = 0) -> dic
     comes back as ``{"error": ...}`` with the last line of its stderr."""
     cmd = [args.python, str(HERE / f"peer_{peer}.py"), action, str(args.data.resolve())]
     cmd += ["--workers", str(args.workers), "--batch-size", str(args.batch_size)]
-    cmd += ["--image-size", str(args.image_size), "--seed", str(seed)]
+    cmd += ["--image-size", str(args.image_size), "--seed", str(seed), "--recipe", args.recipe]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     except subprocess.TimeoutExpired:
@@ -119,112 +116,6 @@ def machine() -> dict[str, Any]:
         except metadata.PackageNotFoundError:
             versions[name] = None
     return {**host_info(), "versions": versions}
-
-
-def _median(values: list[float]) -> float | None:
-    return round(statistics.median(values), 3) if values else None
-
-
-def summarize(
-    peers: list[str], runs: list[dict[str, Any]], status: dict[str, str]
-) -> list[dict[str, Any]]:
-    rows = []
-    for name in ["wdstool", *peers]:
-        mine = [r for r in runs if r["peer"] == name and "samples_per_s" in r]
-        row: dict[str, Any] = {"peer": name, "runs": len(mine), "status": status.get(name, "ok")}
-        for key in ("samples_per_s", "epoch_s", "first_batch_s", "peak_rss_mb", "peak_pss_mb"):
-            row[key] = _median([r[key] for r in mine if r.get(key) is not None])
-        if mine:
-            row["config"] = mine[0]["config"]
-        if name != "wdstool":
-            ratios = [
-                p["wdstool"]["samples_per_s"] / p[name]["samples_per_s"]
-                for p in _pairs(runs, name)
-                if p[name]["samples_per_s"] > 0
-            ]
-            row["wdstool_over_peer"] = {
-                "median": _median(ratios),
-                "min": round(min(ratios), 3) if ratios else None,
-                "max": round(max(ratios), 3) if ratios else None,
-                "pairs": [round(x, 3) for x in ratios],
-            }
-        rows.append(row)
-    return rows
-
-
-def _pairs(runs: list[dict[str, Any]], peer: str) -> list[dict[str, dict[str, Any]]]:
-    out = []
-    for r in runs:
-        if r["peer"] == peer and "samples_per_s" in r:
-            ours = next(
-                (x for x in runs if x.get("pair") == r["pair"] and x["peer"] == "wdstool"), None
-            )
-            if ours is not None and "samples_per_s" in ours:
-                out.append({peer: r, "wdstool": ours})
-    return out
-
-
-def _fmt(x: float | None, digits: int = 0) -> str:
-    return "" if x is None else f"{x:,.{digits}f}"
-
-
-def markdown(report: dict[str, Any]) -> str:
-    m, cfg = report["machine"], report["config"]
-    vers = ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v)
-    out = [
-        "# wdstool and its peers: one epoch, the same job",
-        "",
-        f"`{report['command']}`",
-        "",
-        f"{cfg['samples']:,} images ({cfg['data']}), {cfg['workers']} workers (or threads), batch "
-        f"{cfg['batch_size']}, RandomResizedCrop {cfg['image_size']} + horizontal flip, uint8 "
-        f"output, full shuffled epochs, a fresh process per run, page cache warm; medians of "
-        f"{cfg['rounds']} rounds. Machine: {m['cores']} cores, {m['cpu_model']}, Python "
-        f"{m['python']}; {vers}.",
-        "",
-        "| pipeline | samples/s | epoch | first batch | peak RSS | peak PSS "
-        f"| wdstool ÷ peer (median, range of {cfg['rounds']} pairs) |",
-        "|---|---:|---:|---:|---:|---:|---|",
-    ]
-    for row in report["summary"]:
-        title = TITLES[row["peer"]]
-        if row["peer"] != "wdstool" and 0 < row["runs"] < cfg["rounds"]:
-            title += f" ({row['runs']} of {cfg['rounds']} rounds; see Failures)"
-        if row["status"] != "ok" and not row["runs"]:
-            out.append(f"| {title} | {row['status']} | | | | | |")
-            continue
-        ratio = row.get("wdstool_over_peer")
-        rtxt = "1 (reference)"
-        if ratio is not None:
-            rtxt = (
-                f"**{ratio['median']:.2f}** ({ratio['min']:.2f}–{ratio['max']:.2f})"
-                if ratio["median"] is not None
-                else ""
-            )
-        out.append(
-            f"| {title} | {_fmt(row['samples_per_s'])} | {_fmt(row['epoch_s'], 1)} s "
-            f"| {_fmt(row['first_batch_s'], 2)} s | {_fmt(row['peak_rss_mb'])} MB "
-            f"| {_fmt(row['peak_pss_mb'])} MB | {rtxt} |"
-        )
-    out += [
-        "",
-        "samples/s: after the first batch; epoch: from building the pipeline to the last "
-        "batch (imports excluded); peak RSS/PSS: sampled every 2 s, summed over the run's "
-        "process tree (RSS counts pages shared between processes once per process, PSS "
-        "splits them). Ratios > 1: wdstool faster.",
-        "",
-        "Configurations:",
-        "",
-    ]
-    for row in report["summary"]:
-        cfg_row = row.get("config")
-        line = f"reads {cfg_row['reads']}; {cfg_row['loader']}" if cfg_row else "(skipped)"
-        out.append(f"- {TITLES[row['peer']]}: {line}")
-    failures = [r for r in report["runs"] if "error" in r]
-    if failures:
-        out += ["", "Failures:", ""]
-        out += [f"- {r['peer']}: {r['error']}" for r in failures]
-    return "\n".join(out) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -289,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             "workers": args.workers,
             "batch_size": args.batch_size,
             "image_size": args.image_size,
+            "recipe": args.recipe,
             "rounds": args.rounds,
         },
         "machine": machine(),
