@@ -168,3 +168,35 @@ class PackSummary:
 
 
 ProgressFn = Callable[[int, int, int], None]  # (samples, source bytes, shards) increments
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReshardOptions(WriteOptions):
+    """``reshard`` (and ``split``): pack's write options, and which samples to carry.
+
+    ``on_error`` defaults to fail here: a source shard that cannot be read loses many samples at
+    once, which should not pass unnoticed (skip lists it and keeps what was read before)."""
+
+    on_error: OnError = OnError.FAIL
+    keys: str | None = None  # a file (or URL) with one key a line: carry only these
+    exclude_keys: str | None = None  # ... carry all but these
+    dedupe: bool = False
+    rename_collisions: bool = False
+
+    def recorded(self, key_lists: dict[str, str | None]) -> dict[str, Any]:
+        """The options that determine the output bytes; ``key_lists``: the sha256 of each key
+        list given (the lists themselves can be long)."""
+        return {
+            "command": "reshard",
+            "prefix": self.prefix,
+            "max_count": self.max_count,
+            "max_size": self.max_size,
+            "shuffle": self.shuffle,
+            "seed": self.seed,
+            "on_error": self.on_error.value,
+            "max_side": self.max_side,
+            "quality": self.quality,
+            "dedupe": self.dedupe,
+            "rename_collisions": self.rename_collisions,
+            **key_lists,
+        }
