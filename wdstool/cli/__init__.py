@@ -20,6 +20,7 @@ from wdstool.cli.inspect import inspect_cmd, verify_cmd
 from wdstool.cli.pack import pack_cmd
 from wdstool.cli.reshard import reshard_cmd
 from wdstool.cli.sample_data import sample_data_cmd
+from wdstool.cli.split import split_cmd
 from wdstool.cli.stream_bench import stream_bench_cmd
 
 
@@ -59,6 +60,7 @@ for command in (
     sample_data_cmd,
     pack_cmd,
     reshard_cmd,
+    split_cmd,
     inspect_cmd,
     verify_cmd,
     index_cmd,

@@ -14,10 +14,11 @@ from wdstool.cli.common import emit_json, progress_enabled
 
 
 def write_options(
-    *, on_error: str, what: str
+    *, on_error: str, what: str, append: bool = True
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """The options of a command writing shards (``what``: what it writes from, for the help);
-    they reach the command as keyword arguments of the same names."""
+    """The options of a command writing shards (``what``: what it writes from, for the help;
+    ``append``: whether it offers --append); they reach the command as keyword arguments of the
+    same names."""
     options = [
         click.option(
             "--max-count",
@@ -120,6 +121,9 @@ def write_options(
         ),
         click.option("-q", "--quiet", is_flag=True, help="No progress bar and no human summary."),
     ]
+
+    if not append:
+        del options[10]  # --append
 
     def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
         for option in reversed(options):
