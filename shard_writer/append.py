@@ -5,9 +5,10 @@ touched, not even read (``reshard --append`` reads their headers to check keys).
 is replaced last, atomically, with every shard and the version history
 (:mod:`wdstool.format.versions`): the history a data set packed once lacks is started with
 version 1 as its manifest describes it. An interrupted append finishes on rerun (its state in
-``.wdstool-pack/`` holds the fingerprint of what it adds); a rerun of a finished append adds
-nothing; an interrupted append of something else is cleaned up (the shards it published are
-named in no manifest) before this one starts.
+``.wdstool-pack/`` holds the fingerprint of its layout); a rerun of a finished append adds
+nothing (the last version records the fingerprint of its input: SRC and options, not where
+they landed); an interrupted append of something else is cleaned up (the shards it published
+are named in no manifest) before this one starts.
 
 Labels: class names already in DEST keep their indices, new names get the next ones (in sorted
 order), so every version's ``.cls`` means the same class.
@@ -128,16 +129,21 @@ def identity_after(base: Base, part: str) -> str:
     return hashlib.sha256(f"{base.manifest.fingerprint}\0{part}".encode()).hexdigest()
 
 
-def prepare_append(dest: Destination, base: Base, part: str, names: Sequence[str]) -> bool:
-    """Get DEST ready for an append whose fingerprint is ``part`` and whose shards are
-    ``names``; True when that append is already the last version (nothing to do)."""
-    if base.versions[-1].part == part and len(base.versions) > 1:
+def prepare_append(
+    dest: Destination, base: Base, layout: str, part: str, names: Sequence[str]
+) -> bool:
+    """Get DEST ready for an append of input ``part`` (its fingerprint: SRC and options) laid
+    out as ``layout`` (the fingerprint of its shards) in shards ``names``; True when that input
+    is already in DEST as one of its versions (a rerun after the manifest was written, or the
+    same input again: nothing to do)."""
+    if any(v.part == part for v in base.versions):
+        dest.remove(STATE_DIR)  # a kill between index.json and this cleanup leaves it
         return True
     dest.ensure()
     state = dest.read_json(STATE_NAME) or {}
     listed = {s.url for s in base.manifest.shards}
     markers = {n[: -len(".json")] for n in dest.listdir(STATE_DIR) if n.endswith(".tar.json")}
-    if state.get("fingerprint") != part:
+    if state.get("fingerprint") != layout:
         for name in sorted(markers - listed):  # published by an interrupted append of another part
             log.info("removing %s: left by an interrupted append of other input", name)
             dest.remove(name)
@@ -150,7 +156,7 @@ def prepare_append(dest: Destination, base: Base, part: str, names: Sequence[str
                 f"{dest.display(name)}: already exists and is not part of this append; "
                 "choose another --prefix, or move it away"
             )
-    dest.write_bytes(STATE_NAME, json.dumps({"fingerprint": part, "append": True}).encode())
+    dest.write_bytes(STATE_NAME, json.dumps({"fingerprint": layout, "append": True}).encode())
     for name in dest.remove_stale_temps():
         log.info("removed stale temporary file %s", name)
     return False
@@ -162,7 +168,7 @@ class Added:
 
     outcomes: Sequence[ShardOutcome]
     classes: tuple[str, ...]
-    part: str
+    part: str  # the fingerprint of the input (SRC and options)
     skipped: Sequence[dict[str, Any]]
     command: str
     inputs: tuple[str, ...]

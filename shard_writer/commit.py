@@ -45,6 +45,7 @@ class Job:
     skipped: Sequence[dict[str, Any]]
     samples: int
     base: Base | None = None
+    appended: str = ""  # for an append: the fingerprint of its input (SRC and options)
     command: str = "pack"
     inputs: tuple[str, ...] = ()
     next_key: int = 0
@@ -62,7 +63,7 @@ def commit(
     """Write ``job`` to its DEST and publish its manifest; the summary of what was done."""
     dest, names = job.dest, [t.name for t in job.tasks]
     if job.base is not None:
-        if prepare_append(dest, job.base, job.fingerprint, names):
+        if prepare_append(dest, job.base, job.fingerprint, job.appended, names):
             return summary_from_manifest(dest, job.base.manifest.to_json(), started, engine.workers)
     else:
         existing = prepare_dest(dest, job.fingerprint, job.options)
@@ -99,7 +100,7 @@ def commit(
             Added(
                 outcomes=outcomes,
                 classes=job.classes,
-                part=job.fingerprint,
+                part=job.appended,
                 skipped=job.skipped,
                 command=job.command,
                 inputs=job.inputs,

@@ -115,6 +115,10 @@ def _pack(
         )
         for spec in specs
     ]
+    appended = ""
+    if base is not None:  # what is added, wherever it lands: a rerun adds nothing
+        alone = plan_layout(files, scan.classes, options=options.layout, infos=infos)
+        appended = fingerprint(scan, alone, options)
     job = Job(
         dest=dest,
         options=options,
@@ -125,6 +129,7 @@ def _pack(
         skipped=[s.to_json() for s in skipped],
         samples=len(files),
         base=base,
+        appended=appended,
         inputs=(src,),
         next_key=numbering.first_key + len(scan.files),
     )

@@ -50,6 +50,7 @@ class Planned:
     classes: tuple[str, ...]
     recorded: dict[str, Any]
     next_key: int  # past every numbered key (``<n>_...``) written: pack --append goes on there
+    appended: str = ""  # with DEST's own shards first (an append): the fingerprint of the input
 
 
 def reshard(
@@ -124,6 +125,9 @@ def plan_reshard(
     numbered = [int(m.group(1)) + 1 for c in selection.samples if (m := _NUMBERED.match(c.key))]
     next_key = max([*numbered, len(selection.samples), next_key])
     recorded = {**options.recorded(key_lists), "next_key": next_key}
+    appended = ""
+    if own is not None:
+        appended = _input_fingerprint(options.recorded(key_lists), sets[1:], scans[first_new:])
     return Planned(
         sets=tuple(sets),
         urls=urls,
@@ -131,7 +135,23 @@ def plan_reshard(
         classes=classes,
         recorded=recorded,
         next_key=next_key,
+        appended=appended,
     )
+
+
+def _input_fingerprint(
+    recorded: dict[str, Any], sets: Sequence[SourceSet], scans: Sequence[ShardScan]
+) -> str:
+    """What an append adds, whatever DEST holds: options and every source sample's members."""
+    h = hashlib.sha256(json.dumps(recorded, sort_keys=True).encode())
+    names = [
+        f"{n}:{url.rstrip('/').rsplit('/', 1)[-1]}" for n, s in enumerate(sets) for url in s.urls
+    ]
+    for name, scan in zip(names, scans, strict=True):
+        h.update(f"\1{name}\0{scan.damage}".encode("utf-8", "surrogateescape"))
+        for f in scan.samples:
+            h.update(f"\0{f.key}\0{f.piece.members}".encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
 
 
 def _selecting(
@@ -218,6 +238,7 @@ def copy_job(
         skipped=sel.skipped if skipped is None else skipped,
         samples=len(samples),
         base=base,
+        appended=planned.appended,
         command="reshard",
         inputs=tuple(s.name for s in planned.sets[1 if base is not None else 0 :]),
         next_key=planned.next_key,

@@ -6,7 +6,8 @@ write the history: version 1 as the manifest described it before the first appen
 entry per append. Each entry gives the data set *as of* that version (``identity``: the
 manifest's fingerprint then; ``shards``, ``samples``: its totals then; its shards are the first
 ``shards`` of the shard list) and what the version added (when, by which command, from which
-input, how many shards and samples, ``part``: the fingerprint of what was added).
+input, how many shards and samples, ``part``: the fingerprint of that input, so that running the
+same append again adds nothing).
 
 Loaders use the history to finish an epoch planned on an earlier version exactly on that
 version's samples (``loaders.state``).
@@ -31,7 +32,7 @@ class Version:
     created: str | None = None  # ISO 8601, UTC; None where unknown (version 1 before appends)
     command: str = "pack"
     inputs: tuple[str, ...] = ()
-    part: str = ""  # fingerprint of what this version added
+    part: str = ""  # fingerprint of the input this version added (its SRC and options)
     next_key: int = 0  # pack --append numbers its keys from here
     options: dict[str, Any] = field(default_factory=dict)  # the options this version was made with
 
