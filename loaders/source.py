@@ -41,6 +41,9 @@ class DatasetIndex:
     from_manifest: bool = True
     filesizes: tuple[int | None, ...] = ()  # from the manifest; () when unknown
     sha256s: tuple[str | None, ...] = ()
+    # earlier versions of an appended data set: (identity, shards, samples) each; its shards
+    # are the first ``shards`` of ``urls`` (pack/reshard --append never touch old shards)
+    versions: tuple[tuple[str, int, int], ...] = ()
 
     def size_of(self, shard: int) -> int | None:
         return self.filesizes[shard] if self.filesizes else None
@@ -51,6 +54,27 @@ class DatasetIndex:
     @property
     def num_samples(self) -> int:
         return sum(self.sizes)
+
+    def version_sizes(self, identity: str) -> tuple[int, ...] | None:
+        """The shard sizes of the data set as it was when its identity was ``identity`` (the
+        current one or an earlier version's); None when it never was."""
+        if identity == self.identity:
+            return self.sizes
+        for vid, shards, samples in self.versions:
+            if vid == identity:
+                sizes = self.sizes[:shards]
+                if sum(sizes) != samples:
+                    raise ShardError(
+                        f"the manifest's version with identity {vid[:12]}... counts {samples} "
+                        f"samples in its first {shards} shards, the shard list {sum(sizes)}"
+                    )
+                return sizes
+        return None
+
+
+def identity_key(identity: str) -> int:
+    """A stable integer from a data set's identity: seeds the source's walk in the plan."""
+    return int(hashlib.sha256(identity.encode()).hexdigest()[:15], 16)
 
 
 def resolve_source(
@@ -89,6 +113,7 @@ def resolve_source(
         identity=identity,
         filesizes=filesizes,
         sha256s=sha256s,
+        versions=tuple((v.identity, v.shards, v.samples) for v in manifest.versions[:-1]),
     )
 
 
