@@ -148,12 +148,13 @@ def prepare_append(
             log.info("removing %s: left by an interrupted append of other input", name)
             dest.remove(name)
             dest.remove(f"{STATE_DIR}/{name}.json")
-        markers = set()
     present = set(dest.listdir())
     for name in names:
-        if name in listed or (name in present and name not in markers):
+        # an interrupted append (its state is there) may have published a shard and died before
+        # its marker: that file is its own, rewritten; otherwise a file under a new name is not
+        if name in listed or (name in present and not state):
             raise DestinationError(
-                f"{dest.display(name)}: already exists and is not part of this append; "
+                f"{dest.display(name)}: already exists and is not part of the data set; "
                 "choose another --prefix, or move it away"
             )
     dest.write_bytes(STATE_NAME, json.dumps({"fingerprint": layout, "append": True}).encode())
