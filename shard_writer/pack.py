@@ -23,6 +23,7 @@ from shard_writer.append import Base, merge_classes, read_base
 from shard_writer.commit import Job, commit
 from shard_writer.dest import Destination
 from shard_writer.execute import Engine, absolute, engine
+from shard_writer.hub import HubScan, HubShardTask, hub_order, hub_scan, probe_hub
 from shard_writer.layout import Numbering, plan_layout
 from shard_writer.listing import scan_source
 from shard_writer.options import PackOptions, PackSummary, ProgressFn
@@ -70,7 +71,9 @@ def _pack(
 ) -> PackSummary:
     progress = progress or (lambda *_: None)
     started = time.perf_counter()
-    scan = scan_source(src, options.columns, storage_options)
+    scan = hub_scan(src, options, storage_options) or scan_source(
+        src, options.columns, storage_options
+    )
     if options.on_error is OnError.FAIL and scan.problems:
         p = scan.problems[0]
         raise InputError(f"{os.path.join(scan.root, p.path)}: {p.reason}")
@@ -81,7 +84,7 @@ def _pack(
 
     if on_total:
         on_total(len(scan.files), 0, "probe")
-    files, infos, skipped = probe_files(
+    files, infos, skipped = (probe_hub if isinstance(scan, HubScan) else probe_files)(
         scan,
         options.encode,
         fail=options.on_error is OnError.FAIL,
@@ -95,16 +98,21 @@ def _pack(
     if base is not None:
         scan, files = _relabel(scan, files, base)
         numbering = Numbering(first_shard=base.first_shard, first_key=base.next_key)
+    layout, hub = options.layout, {}
+    if isinstance(scan, HubScan):  # row group by row group: see shard_writer.hub
+        files, infos = hub_order(scan, files, infos, layout.shuffle, layout.seed)
+        layout = replace(layout, shuffle=False)
+        hub = {"column": scan.column, "struct": scan.struct, "group_rows": scan.group_rows}
     specs = plan_layout(
         files,
         scan.classes,
-        options=options.layout,
+        options=layout,
         prefix=options.prefix,
         infos=infos,
         numbering=numbering,
     )
     tasks = [
-        ShardTask(
+        (HubShardTask if hub else ShardTask)(
             root=scan.root,
             dest_url=dest_url,
             storage_options=storage_options,
@@ -112,12 +120,13 @@ def _pack(
             classes=scan.classes,
             encode=options.encode,
             listing=scan.listing,
+            **hub,
         )
         for spec in specs
     ]
     appended = ""
     if base is not None:  # what is added, wherever it lands: a rerun adds nothing
-        alone = plan_layout(files, scan.classes, options=options.layout, infos=infos)
+        alone = plan_layout(files, scan.classes, options=layout, infos=infos)
         appended = fingerprint(scan, alone, options)
     job = Job(
         dest=dest,
