@@ -29,7 +29,7 @@ from wdstool.base.urls import is_remote, local_path
 from wdstool.format.tar_index import header_says
 from wdstool.format.tar_write import BLOCK, END, write_member
 
-CHUNK = 16 << 20  # at most this many bytes per read of consecutive samples
+CHUNK = 4 << 20  # at most this many bytes per read of consecutive samples (one run in memory)
 
 
 def _runs(samples: tuple[Carried, ...]) -> list[tuple[int, int, int]]:

@@ -101,21 +101,36 @@ def marker_name(shard: str) -> str:
     return f"{STATE_DIR}/{shard}.json"
 
 
-def _write_all(out: BinaryIO, data: bytes) -> None:
-    """An unbuffered write may write less than asked (a file size limit, a nearly full disk):
-    keep writing; the next call raises the real error (EFBIG, ENOSPC) instead of leaving a
-    silently truncated shard."""
-    view = memoryview(data)
-    while view:
-        n = out.write(view)
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+
+
+def _write_all(out: BinaryIO, parts: list[Any]) -> None:
+    """Write ``parts`` with one ``writev`` per up to IOV_MAX of them, never joined first (a join
+    copies every byte once more: ~0.4 s per 300 MB here). A write may write less than asked (a
+    file size limit, a nearly full disk): keep writing; the next call raises the real error
+    (EFBIG, ENOSPC) instead of leaving a silently truncated shard."""
+    fd = out.fileno()
+    views = [memoryview(p) for p in parts if len(p)]
+    i = 0
+    while i < len(views):
+        n = os.writev(fd, views[i : i + _IOV_MAX])
         if not n:
-            raise OSError(f"write returned {n!r} with {len(view)} bytes left")
-        view = view[n:]
+            left = sum(len(v) for v in views[i:])
+            raise OSError(f"write returned {n!r} with {left} bytes left")
+        while n:
+            size = len(views[i])
+            if n >= size:
+                n -= size
+                i += 1
+            else:
+                views[i] = views[i][n:]
+                n = 0
 
 
 class _BackgroundWriter:
-    """Writes and hashes in a thread (both release the GIL), in blocks of ``block`` bytes, so
-    reading the next source files overlaps with writing and hashing the previous ones."""
+    """Writes and hashes in a thread (both release the GIL), in blocks of about ``block`` bytes
+    (a list of the chunks written, hashed one by one and written with writev), so reading the
+    next source files overlaps with writing and hashing the previous ones."""
 
     def __init__(self, out: BinaryIO, block: int = 4 << 20, etag: ETagHasher | None = None) -> None:
         self._out = out
@@ -124,7 +139,7 @@ class _BackgroundWriter:
         self._parts: list[bytes] = []
         self._pending = 0
         self.digest = hashlib.sha256()
-        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=4)
+        self._queue: queue.Queue[list[Any] | None] = queue.Queue(maxsize=4)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="shard-writer", daemon=True)
         self._thread.start()
@@ -134,9 +149,10 @@ class _BackgroundWriter:
             if self._error is None:
                 try:
                     _write_all(self._out, block)
-                    self.digest.update(block)
-                    if self.etag is not None:
-                        self.etag.update(block)
+                    for part in block:
+                        self.digest.update(part)
+                        if self.etag is not None:
+                            self.etag.update(part)
                 except BaseException as exc:  # re-raised in the producer by close()
                     self._error = exc
 
@@ -148,7 +164,7 @@ class _BackgroundWriter:
 
     def _flush(self) -> None:
         if self._parts:
-            self._queue.put(b"".join(self._parts))
+            self._queue.put(self._parts)
             self._parts, self._pending = [], 0
         if self._error is not None:
             raise self._error
