@@ -21,14 +21,14 @@ import json
 import random
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from shard_writer.image import BadImage, prepare_image
 from shard_writer.listing import _folder, _jsonable, _labels, _text_value
 from shard_writer.listing_read import PARQUET_HINT, Row
 from shard_writer.options import PackOptions
-from shard_writer.probe import EncodeOptions, ImageInfo
+from shard_writer.probe import EncodeOptions, ImageInfo, sort_probed
 from shard_writer.scan import Scan, Skipped, SourceFile
 from shard_writer.write import ShardTask
 from wdstool.base.credentials import redact
@@ -250,22 +250,13 @@ def probe_hub(
         list(groups),
         [encode] * len(groups),
     )
-    results = map(_probe_group, *args) if pool is None else pool.map(_probe_group, *args)
-    good, infos, skipped = [], [], []
-    files = iter(scan.files)
-    for part in results:
-        for res in part:
-            f = next(files)
-            if isinstance(res, ImageInfo):
-                good.append(replace(f, size=res.source_size))
-                infos.append(res)
-            elif fail:
-                raise InputError(scan.describe(f, res))
-            else:
-                skipped.append(Skipped(f.relpath or f"row {f.row}", res, f.row))
+    parts = map(_probe_group, *args) if pool is None else pool.map(_probe_group, *args)
+    results: list[ImageInfo | str] = []
+    for part in parts:
+        results.extend(part)
         if progress:
             progress(len(part))
-    return good, infos, skipped
+    return sort_probed(scan, list(scan.files), results, fail)
 
 
 def hub_order(

@@ -74,6 +74,18 @@ class WriteOptions:
     def encode(self) -> EncodeOptions:
         return EncodeOptions(max_side=self.max_side, quality=self.quality)
 
+    def _limits(self) -> dict[str, Any]:
+        """The recorded options every writer shares (in the order pack always recorded them:
+        the fingerprint hashes this dict as it is)."""
+        return {
+            "prefix": self.prefix,
+            "max_count": self.max_count,
+            "max_size": self.max_size,
+            "shuffle": self.shuffle,
+            "seed": self.seed,
+            "on_error": self.on_error.value,
+        }
+
 
 @dataclass(frozen=True, kw_only=True)
 class PackOptions(WriteOptions):
@@ -110,12 +122,7 @@ class PackOptions(WriteOptions):
     def recorded(self) -> dict[str, Any]:
         """The options that determine the output bytes (recorded in the manifest)."""
         return {
-            "prefix": self.prefix,
-            "max_count": self.max_count,
-            "max_size": self.max_size,
-            "shuffle": self.shuffle,
-            "seed": self.seed,
-            "on_error": self.on_error.value,
+            **self._limits(),
             "verify_decode": self.verify_decode,
             "max_side": self.max_side,
             "quality": self.quality,
@@ -188,12 +195,7 @@ class ReshardOptions(WriteOptions):
         list given (the lists themselves can be long)."""
         return {
             "command": "reshard",
-            "prefix": self.prefix,
-            "max_count": self.max_count,
-            "max_size": self.max_size,
-            "shuffle": self.shuffle,
-            "seed": self.seed,
-            "on_error": self.on_error.value,
+            **self._limits(),
             "max_side": self.max_side,
             "quality": self.quality,
             "dedupe": self.dedupe,

@@ -50,29 +50,21 @@ def selection_options(f: Any) -> Any:
     return f
 
 
+_SHARED = (
+    *("prefix", "max_count", "max_size", "shuffle", "seed", "workers", "on_error", "max_side"),
+    *("quality", "overwrite", "sync", "engine", "ray_address", "dedupe", "rename_collisions"),
+)
+
+
 def reshard_options(params: dict[str, Any]) -> Any:
     """ReshardOptions from the parsed options of reshard or split."""
     from shard_writer.options import ReshardOptions
 
     return ReshardOptions(
-        prefix=params["prefix"],
-        max_count=params["max_count"],
-        max_size=params["max_size"],
-        shuffle=params["shuffle"],
-        seed=params["seed"],
-        workers=params["workers"],
-        on_error=params["on_error"],
-        max_side=params["max_side"],
-        quality=params["quality"],
-        overwrite=params["overwrite"],
+        **{name: params[name] for name in _SHARED},
         append=params.get("append", False),
-        sync=params["sync"],
-        engine=params["engine"],
-        ray_address=params["ray_address"],
         keys=params["keys_file"],
         exclude_keys=params["exclude_file"],
-        dedupe=params["dedupe"],
-        rename_collisions=params["rename_collisions"],
     )
 
 
