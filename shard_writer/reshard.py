@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -35,6 +36,7 @@ from shard_writer.reshard_plan import Carried, Selecting, Selection, merge_sourc
 from shard_writer.tar_sources import ShardScan, SourceSet, resolve_srcs, scan_shard
 from shard_writer.write import OnError
 from wdstool.base.errors import ConfigError, InputError
+from wdstool.base.urls import local_path
 from wdstool.format.manifest import resolve_shard_url
 
 _NUMBERED = re.compile(r"^([0-9]+)_")
@@ -88,6 +90,7 @@ def reshard(
             on_total,
             own,
             base.next_key if base is not None else 0,
+            dest.url,
         )
         job = copy_job(planned, planned.selection.samples, dest, options, base)
         summary = commit(job, eng, started, progress, on_total, phase="reshard")
@@ -103,11 +106,15 @@ def plan_reshard(
     on_total: Callable[[int, int, str], None] | None,
     own: SourceSet | None = None,
     next_key: int = 0,
+    dest: str | None = None,
 ) -> Planned:
     """Resolve, scan and select: the samples a reshard of ``srcs`` carries (``own``: DEST's
-    shards for an append, scanned first; ``next_key``: DEST's next key number)."""
+    shards for an append, scanned first; ``next_key``: DEST's next key number; ``dest``: where
+    the result goes, which must not hold a SRC's shards)."""
     how, key_lists = _selecting(options, storage_options)
     sets = resolve_srcs(list(srcs), storage_options)
+    if dest is not None:
+        _not_into_a_source(sets, dest)
     if own is not None:
         sets = [own, *sets]
     classes = merge_source_classes([(s.name, s.classes) for s in sets])  # before any scan
@@ -152,6 +159,23 @@ def _input_fingerprint(
         for f in scan.samples:
             h.update(f"\0{f.key}\0{f.piece.members}".encode("utf-8", "surrogateescape"))
     return h.hexdigest()
+
+
+def _folder(url: str) -> str:
+    url = url.rstrip("/")
+    return url if "://" in url else os.path.abspath(local_path(url))
+
+
+def _not_into_a_source(sets: Sequence[SourceSet], dest: str) -> None:
+    """A SRC's shards in DEST would be overwritten (--overwrite) or mixed with the result."""
+    where = _folder(dest)
+    for s in sets:
+        for url in s.urls:
+            if _folder(url).rsplit("/", 1)[0] == where:
+                raise ConfigError(
+                    f"{dest}: holds shards of SRC {s.name} ({url}); reshard into another "
+                    "folder (use --append to add to a data set)"
+                )
 
 
 def _selecting(

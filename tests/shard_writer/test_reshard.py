@@ -172,3 +172,11 @@ def test_classes_that_disagree_cannot_be_merged(sources, tmp_path: Path) -> None
     run_cli("pack", str(tree), str(other), "--workers", "1", "-q")
     with pytest.raises(InputError, match="different classes"):
         reshard([str(ours), str(other)], str(tmp_path / "x"), _opts())
+
+
+def test_dest_holding_a_source_is_refused_even_with_overwrite(sources) -> None:
+    ours, _, _ = sources
+    before = {p.name: p.read_bytes() for p in ours.iterdir()}
+    r = run_cli("reshard", str(ours), str(ours), "--overwrite", check=False)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "holds shards of SRC" in r.stderr
+    assert {p.name: p.read_bytes() for p in ours.iterdir()} == before
