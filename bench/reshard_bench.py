@@ -8,7 +8,8 @@ SHARDS is a data set folder (``make bench`` writes the standard set to bench/dat
 ``--shards N`` takes its first N shards only. Throughput: runs interleaved (cp, reshard -wN
 --no-sync, ..., then the same with durability: cp + sync, reshard), page cache warm, write-back
 flushed untimed before each run, a fresh output folder each time; MB/s of source shard bytes,
-medians, and reshard/cp ratios pair by pair. Memory: `wdstool reshard` runs as its own process
+medians, and reshard/cp ratios pair by pair; and the CPU seconds (user + system, the process and
+its workers) each spends per GB, a figure other load on a shared machine disturbs less. Memory: `wdstool reshard` runs as its own process
 on the first M shards for each M of ``--memory-shards``; the peak of the summed PSS of its
 process tree (the CLI and its worker processes, sampled every 50 ms) is reported for each, so
 one sees whether memory grows with the data set.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -54,6 +56,15 @@ def _tree_pss_mb(root: int) -> float:
         except OSError:
             pass
     return total / 1024
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU of this process and its finished children (cp, pool workers)."""
+    me, kids = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def pattern(shards: list[Path]) -> str:
@@ -111,11 +122,13 @@ def main() -> None:
     names = ["cp", *(f"reshard-w{w}" for w in workers)]
     names += [f"{n}+sync" for n in names]
     results: dict[str, list[float]] = {n: [] for n in names}
+    cpu: dict[str, list[float]] = {n: [] for n in names}
     for _ in range(args.repeats):
         for name in names:
             out = Path(tempfile.mkdtemp(prefix="reshard-bench-", dir=args.tmp))
             os.sync()  # untimed: no run pays for the previous run's write-back
             durable = name.endswith("+sync")
+            c = _cpu_seconds()
             t = time.perf_counter()
             if name.startswith("cp"):
                 subprocess.run(["cp", *map(str, shards), str(out)], check=True)
@@ -126,13 +139,17 @@ def main() -> None:
                 options = ReshardOptions(workers=w, max_count=args.max_count, sync=durable)
                 reshard([src], str(out / "ds"), options)
             results[name].append(nbytes / 1e6 / (time.perf_counter() - t))
+            cpu[name].append((_cpu_seconds() - c) / (nbytes / 1e9))
             shutil.rmtree(out)
     print(
         f"{len(shards)} shards, {nbytes / 1e6:.0f} MB, {sum(e['nsamples'] for e in manifest['shardlist'][: len(shards)])} samples"
     )
-    print(f"{'run':<16} {'MB/s':>8}   runs")
+    print(f"{'run':<16} {'MB/s':>8} {'CPU s/GB':>9}   runs (MB/s)")
     for name, runs in results.items():
-        print(f"{name:<16} {statistics.median(runs):>8.0f}   {', '.join(f'{r:.0f}' for r in runs)}")
+        print(
+            f"{name:<16} {statistics.median(runs):>8.0f} {statistics.median(cpu[name]):>9.2f}"
+            f"   {', '.join(f'{r:.0f}' for r in runs)}"
+        )
     for sfx in ("", "+sync"):
         for w in workers:
             a, b = results[f"reshard-w{w}{sfx}"], results[f"cp{sfx}"]
@@ -150,7 +167,9 @@ def main() -> None:
             f"memory: {m} shards ({n} samples): peak PSS of the process tree {pss:.0f} MB ({seconds:.1f} s, {max(workers)} workers)"
         )
     if args.json:
-        args.json.write_text(json.dumps({"mb_per_s": results, "memory": memory}, indent=1))
+        args.json.write_text(
+            json.dumps({"mb_per_s": results, "cpu_s_per_gb": cpu, "memory": memory}, indent=1)
+        )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import time
@@ -39,6 +40,7 @@ from wdstool.base.errors import ConfigError, InputError
 from wdstool.base.urls import local_path
 from wdstool.format.manifest import resolve_shard_url
 
+log = logging.getLogger(__name__)
 _NUMBERED = re.compile(r"^([0-9]+)_")
 
 
@@ -118,6 +120,13 @@ def plan_reshard(
     if own is not None:
         sets = [own, *sets]
     classes = merge_source_classes([(s.name, s.classes) for s in sets])  # before any scan
+    unnamed = [s.name for s in sets if s.classes is None]
+    if classes and unnamed:
+        log.warning(
+            "classes come from the data sets among the SRCs; %s has no index.json: its .cls "
+            "members, if any, are carried as they are",
+            ", ".join(unnamed),
+        )
     urls = tuple(u for s in sets for u in s.urls)
     first_new = len(own.urls) if own is not None else 0
     if on_total:
