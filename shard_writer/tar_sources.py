@@ -11,6 +11,7 @@ A member is never interpreted otherwise: ``.pyd``, ``.npy``, anything, is carrie
 from __future__ import annotations
 
 import hashlib
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,8 +123,9 @@ def scan_shard(
     try:
         with open_shard(url, storage_options, local_buffer=0) as f:
             for span in sample_spans(f, url):
-                members = tuple(
-                    (suffix_of(span.key, m.name), m.data_offset, m.size) for m in span.members
+                members = tuple(  # interned: every sample has the same few suffixes
+                    (sys.intern(suffix_of(span.key, m.name)), m.data_offset, m.size)
+                    for m in span.members
                 )
                 piece = Piece(shard, span.start, span.end, members)
                 problem = _unsafe(span.key, members)

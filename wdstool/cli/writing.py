@@ -85,13 +85,6 @@ def write_options(
             "--overwrite", is_flag=True, help="Replace a different data set already in DEST."
         ),
         click.option(
-            "--append",
-            is_flag=True,
-            help="Add the result to the data set in DEST as a new version: new shards after "
-            "its last one (old shards untouched), index.json replaced with every shard and the "
-            "version history. DEST must hold a data set.",
-        ),
-        click.option(
             "--sync/--no-sync",
             default=True,
             show_default=True,
@@ -122,8 +115,16 @@ def write_options(
         click.option("-q", "--quiet", is_flag=True, help="No progress bar and no human summary."),
     ]
 
-    if not append:
-        del options[10]  # --append
+    if append:
+        options.append(
+            click.option(
+                "--append",
+                is_flag=True,
+                help="Add the result to the data set in DEST as a new version: new shards after "
+                "its last one (old shards untouched), index.json replaced with every shard and the "
+                "version history. DEST must hold a data set.",
+            )
+        )
 
     def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
         for option in reversed(options):
