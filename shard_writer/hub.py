@@ -131,12 +131,15 @@ def hub_scan(
     else:
         classes, labels = (), [-1] * len(rows)
     files = []
+    captioned = caption_col in names
     for i, row in enumerate(rows):
         extra = {
             k: _jsonable(src, row, k, v)
             for k, v in row.values.items()
             if k not in (label_col, caption_col)
         }
+        # without a caption column, SourceFile's default ("no caption") applies, as in a listing
+        caption = {"caption": _text_value(src, row, caption_col, "caption")} if captioned else {}
         files.append(
             SourceFile(
                 index=i,
@@ -144,8 +147,8 @@ def hub_scan(
                 class_idx=labels[i],
                 size=-1,
                 row=row.number,
-                caption=_text_value(src, row, caption_col, "caption"),
                 extra=json.dumps(extra, sort_keys=True, separators=(",", ":")) if extra else "",
+                **caption,
             )
         )
     if not files:
