@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 DEMO_DIR ?= build/demo
 DEMO_IMAGES ?= 2000
 
-.PHONY: venv demo test lint format bench bench-fields bench-large bench-peers bench-peers-recipe faults clean
+.PHONY: venv demo test lint format bench bench-fields bench-large bench-peers bench-peers-recipe bench-reshard faults clean
 BENCH_DATA ?= bench/data
 BENCH_IMAGES ?= 10000
 BENCH_WORKERS ?= 1,2
@@ -64,6 +64,16 @@ bench-fields: $(STAMP)
 	$(PY) -m wdstool stream-bench $(BENCH_DATA)/caption-shards --workers 2 --batch-size 64 \
 		--repeats $(BENCH_REPEATS) --field caption=txt --tokenize caption --compare plain \
 		--json bench/results/stream-bench-fields.json | tee bench/results/stream-bench-fields.txt
+
+# reshard against `cp` of the same bytes on the same disk (page cache warm, and durable: both
+# fsync'd), 1 and 2 workers, interleaved and repeated; then reshard's peak memory (PSS of its
+# process tree) on 2 and on all 10 shards of the standard set (bench/reshard_bench.py)
+bench-reshard: $(STAMP)
+	test -d $(BENCH_DATA)/images || $(PY) -m wdstool sample-data $(BENCH_DATA)/images --images $(BENCH_IMAGES) --classes 100 --seed 0
+	test -f $(BENCH_DATA)/shards/index.json || $(PY) -m wdstool pack $(BENCH_DATA)/images $(BENCH_DATA)/shards --max-count 1000
+	mkdir -p bench/results
+	$(PY) bench/reshard_bench.py $(BENCH_DATA)/shards --repeats $(BENCH_REPEATS) --workers 1,2 \
+		--memory-shards 2,10 --json bench/results/reshard-bench.json | tee bench/results/reshard-bench.txt
 
 # The peer table: the same epoch through DALI (CPU), SPDL, litdata, MosaicML streaming, upstream
 # webdataset and ImageFolder, interleaved with wdstool's loader (bench/peers/run.py). The peers

@@ -17,16 +17,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
-import braceexpand
-
 from loaders.cache import ShardCache
 from wdstool.base.errors import ConfigError, ShardError
 from wdstool.base.params import parse_size
 from wdstool.base.remote import open_shard
 from wdstool.base.retry import DEFAULT_RETRY, RetryPolicy
-from wdstool.base.s3 import filesystem
-from wdstool.base.urls import is_remote, local_path
+from wdstool.base.urls import is_remote
 from wdstool.format.manifest import ManifestNotFound, load_manifest, resolve_shard_url
+from wdstool.format.shardlist import expand, is_pattern, tars_in
 from wdstool.format.tar_read import count_samples
 
 log = logging.getLogger(__name__)
@@ -43,6 +41,9 @@ class DatasetIndex:
     from_manifest: bool = True
     filesizes: tuple[int | None, ...] = ()  # from the manifest; () when unknown
     sha256s: tuple[str | None, ...] = ()
+    # earlier versions of an appended data set: (identity, shards, samples) each; its shards
+    # are the first ``shards`` of ``urls`` (pack/reshard --append never touch old shards)
+    versions: tuple[tuple[str, int, int], ...] = ()
 
     def size_of(self, shard: int) -> int | None:
         return self.filesizes[shard] if self.filesizes else None
@@ -54,9 +55,26 @@ class DatasetIndex:
     def num_samples(self) -> int:
         return sum(self.sizes)
 
+    def version_sizes(self, identity: str) -> tuple[int, ...] | None:
+        """The shard sizes of the data set as it was when its identity was ``identity`` (the
+        current one or an earlier version's); None when it never was."""
+        if identity == self.identity:
+            return self.sizes
+        for vid, shards, samples in self.versions:
+            if vid == identity:
+                sizes = self.sizes[:shards]
+                if sum(sizes) != samples:
+                    raise ShardError(
+                        f"the manifest's version with identity {vid[:12]}... counts {samples} "
+                        f"samples in its first {shards} shards, the shard list {sum(sizes)}"
+                    )
+                return sizes
+        return None
 
-def _is_pattern(source: str) -> bool:
-    return "{" in source or source.endswith(".tar")
+
+def identity_key(identity: str) -> int:
+    """A stable integer from a data set's identity: seeds the source's walk in the plan."""
+    return int(hashlib.sha256(identity.encode()).hexdigest()[:15], 16)
 
 
 def resolve_source(
@@ -66,14 +84,12 @@ def resolve_source(
     source = os.fspath(source)
     if not source:
         raise ConfigError("empty dataset source")
-    if _is_pattern(source):
-        return _scan_shards(
-            sorted(braceexpand.braceexpand(source)) if "{" in source else [source], storage_options
-        )
+    if is_pattern(source):
+        return _scan_shards(expand(source), storage_options)
     try:
         manifest, base = load_manifest(source, storage_options)
     except ManifestNotFound:
-        shards = _tars_in(source, storage_options)
+        shards = tars_in(source, storage_options)
         if not shards:
             raise
         return _scan_shards(shards, storage_options)
@@ -97,26 +113,8 @@ def resolve_source(
         identity=identity,
         filesizes=filesizes,
         sha256s=sha256s,
+        versions=tuple((v.identity, v.shards, v.samples) for v in manifest.versions[:-1]),
     )
-
-
-def _tars_in(folder: str, storage_options: dict[str, Any] | None) -> list[str]:
-    """The ``.tar`` files directly in a folder or prefix without a manifest (shards written by
-    other tools), sorted by name; [] when there are none or it cannot be listed."""
-    if folder.endswith(".json"):
-        return []
-    if not is_remote(folder):
-        path = local_path(folder)
-        if not os.path.isdir(path):
-            return []
-        names = sorted(n for n in os.listdir(path) if n.endswith(".tar"))
-        return [os.path.join(path, n) for n in names]
-    try:
-        fs, path = filesystem(folder, storage_options)
-        found = fs.glob(path.rstrip("/") + "/*.tar")
-    except Exception:  # unreachable or unlistable: the manifest error says enough
-        return []
-    return sorted(fs.unstrip_protocol(p) for p in found)
 
 
 def _scan_shards(urls: list[str], storage_options: dict[str, Any] | None) -> DatasetIndex:

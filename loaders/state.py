@@ -8,6 +8,11 @@ Everything else is recomputed by the plan (``loaders.plan.resume``).
 Resuming with other sources or weights finishes the interrupted epoch as it was planned (its
 sources are found among the loader's by identity) and applies the loader's own mixture from the
 next epoch on, every source's cursor carried over (a new source starts at 0).
+
+A data set appended to since (``pack``/``reshard --append``) is found by its history: the
+interrupted epoch finishes on the samples of the version it was planned on (that version's
+shards are the first shards of the data set, unchanged), and every version is read from the
+next epoch on. A data set that is neither that version nor a later one is a one-line error.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any
 
 from loaders.dataset import Resume, ShardStreamDataset
 from loaders.plan import MixSource, Mixture, Segment
+from loaders.source import identity_key
 from wdstool.base.errors import ConfigError
 
 STATE_FORMAT = "wdstool.loader-state"
@@ -49,10 +55,11 @@ def save_state(ds: ShardStreamDataset, batches_delivered: int) -> dict[str, Any]
             history.append(_segment(ds, batches_delivered))
         mixture, ids = resume.mixture, resume.sources
     cursors = mixture.cursors_at(ds.epoch)
+    identities = [_identity(ds, i, src) for i, src in zip(ids, mixture.sources, strict=True)]
     return {
         "format": STATE_FORMAT,
         "version": STATE_VERSION,
-        "dataset": ds.sources[ids[0]].index.identity,
+        "dataset": identities[0],
         "num_samples": mixture.total,
         "epoch": ds.epoch,
         "rank": ds.topology.rank,
@@ -76,16 +83,27 @@ def save_state(ds: ShardStreamDataset, batches_delivered: int) -> dict[str, Any]
             "repeats": mixture.repeats,
             "sources": [
                 {
-                    "identity": ds.sources[i].index.identity,
+                    "identity": identity,
                     "url": ds.sources[i].url,
                     "weight": src.weight,
                     "num_samples": src.num_samples,
                     "cursor": cursor,
                 }
-                for i, src, cursor in zip(ids, mixture.sources, cursors, strict=True)
+                for i, identity, src, cursor in zip(
+                    ids, identities, mixture.sources, cursors, strict=True
+                )
             ],
         },
     }
+
+
+def _identity(ds: ShardStreamDataset, i: int, src: MixSource) -> str:
+    """The identity of the data set version ``src`` plans over: the loader's source ``i`` as it
+    is, or (a resumed epoch planned on an earlier version) as it was then."""
+    index = ds.sources[i].index
+    if len(src.sizes) == len(index.sizes):
+        return index.identity
+    return next(vid for vid, shards, _n in index.versions if shards == len(src.sizes))
 
 
 def restore_state(ds: ShardStreamDataset, state: dict[str, Any]) -> None:
@@ -172,18 +190,33 @@ def _interrupted_mixture(
     free = list(range(len(ds.sources)))
     ids, sources, cursors = [], [], []
     for n, s in enumerate(saved):
+        # the data set as it is, else one appended to since (the epoch's version in its history)
         match = next((i for i in free if ds.sources[i].index.identity == s["identity"]), None)
         if match is None:
+            match = next(
+                (i for i in free if ds.sources[i].index.version_sizes(s["identity"])), None
+            )
+        if match is None:
             where = s["url"] or f"identity {s['identity'][:12]}..."
+            same_url = [i for i in free if s["url"] and ds.sources[i].url == s["url"]]
+            if same_url:
+                raise ConfigError(
+                    f"the loader state's epoch {epoch} was planned on {where} as it was then "
+                    f"(source {n} of the saved mixture); the data set there now is neither that "
+                    "version nor one appended to it (repacked or resharded?), so that epoch "
+                    "cannot be finished on it; start a fresh epoch without the state"
+                )
             raise ConfigError(
                 f"the loader state belongs to another data set: its epoch {epoch} still needs "
                 f"{where} (source {n} of the saved mixture), which this loader does not read; "
                 "add it back to finish that epoch, or start a fresh epoch without the state"
             )
         free.remove(match)
-        src = ds.sources[match]
+        index = ds.sources[match].index
+        sizes = index.version_sizes(s["identity"])
+        assert sizes is not None
         ids.append(match)
-        sources.append(MixSource(src.index.sizes, s["weight"], src.key))
+        sources.append(MixSource(sizes, s["weight"], identity_key(s["identity"])))
         cursors.append(s["cursor"])
     mixture = Mixture(
         tuple(sources), epoch_size, start_epoch=epoch, cursors=tuple(cursors), repeats=repeats

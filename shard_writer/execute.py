@@ -1,20 +1,34 @@
-"""Running shard tasks: inline, in a process pool, or on Ray (any ``Executor``), with progress.
+"""Running work items: inline, in a process pool, or on Ray (any ``Executor``), with progress.
 
-Worker processes report per-sample progress through a queue; Ray tasks report per finished
-shard. The same :class:`shard_writer.write.ShardTask` runs everywhere, so every engine writes
-the same bytes.
+:func:`engine` opens the executor a command's options ask for (``--workers``, ``--engine``);
+pack, reshard and split all run on it. Worker processes report per-sample progress through a
+queue; Ray tasks report per finished shard. A shard task is any picklable object with a
+``write(on_sample)`` method returning a :class:`shard_writer.write.ShardOutcome` (pack's
+:class:`shard_writer.write.ShardTask`, reshard's copy task): the same task runs everywhere, so
+every engine writes the same bytes.
 """
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing as mp
+import os
 import queue as queue_mod
-from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
-from typing import Any
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from shard_writer.options import ProgressFn
-from shard_writer.write import ShardOutcome, ShardTask, write_shard
+from shard_writer.options import PackSummary, ProgressFn, WriteOptions, usable_cores
+from shard_writer.write import ShardOutcome
+from wdstool.base.urls import is_remote, local_path
 
 _progress_queue: Any = None
+
+
+class WriteTask(Protocol):
+    def write(self, on_sample: Callable[[int], None] | None = None) -> ShardOutcome: ...
 
 
 def init_worker(q: Any) -> None:
@@ -22,7 +36,70 @@ def init_worker(q: Any) -> None:
     _progress_queue = q
 
 
-def _run_task(task: ShardTask) -> ShardOutcome:
+@dataclass
+class Engine:
+    """Where work runs: ``pool`` (None: inline), the progress queue of a process pool."""
+
+    workers: int
+    pool: Executor | None = None
+    q: Any = None
+    ray_start: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def finish(self, summary: PackSummary, probe_task: str) -> PackSummary:
+        """The summary, with what a Ray run adds (CPUs, tasks per node)."""
+        if self.ray_start is not None and self.pool is not None:
+            pool: Any = self.pool
+            summary.workers = pool.cpus()
+            summary.extra = {
+                "engine": "ray",
+                "ray_start_s": round(self.ray_start, 3),
+                "shards_per_node": pool.tasks_per_node("_run_task"),
+                "probes_per_node": pool.tasks_per_node(probe_task),
+            }
+        return summary
+
+
+def absolute(url: str, options: WriteOptions) -> str:
+    """A local path made absolute against the caller's directory for Ray: its tasks run
+    wherever their node was started."""
+    if options.engine != "ray" or is_remote(url):
+        return url
+    return os.path.abspath(local_path(url))
+
+
+@contextlib.contextmanager
+def engine(options: WriteOptions) -> Iterator[Engine]:
+    """The executor ``options`` ask for: Ray, a spawned process pool, or none (one worker).
+    On the way out by an error, queued work is cancelled."""
+    workers = options.workers or usable_cores()
+    if options.engine == "ray":
+        from shard_writer.ray_engine import ray_executor
+
+        started = time.perf_counter()
+        with ray_executor(options.ray_address, workers) as pool:
+            try:
+                yield Engine(workers, pool, None, ray_start=time.perf_counter() - started)
+            except BaseException:
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
+        return
+    if workers == 1:
+        yield Engine(1)
+        return
+    ctx = mp.get_context("spawn")  # never fork a process that may hold threads (tqdm, s3fs)
+    q = ctx.Queue()
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=ctx, initializer=init_worker, initargs=(q,)
+    ) as pool:
+        try:
+            yield Engine(workers, pool, q)
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+
+
+def _run_task(task: WriteTask) -> ShardOutcome:
     pending = [0, 0]
 
     def on_sample(nbytes: int) -> None:
@@ -32,21 +109,21 @@ def _run_task(task: ShardTask) -> ShardOutcome:
             _progress_queue.put((pending[0], pending[1]))
             pending[0] = pending[1] = 0
 
-    outcome = write_shard(task, on_sample)
+    outcome = task.write(on_sample)
     if pending[0] and _progress_queue is not None:
         _progress_queue.put((pending[0], pending[1]))
     return outcome
 
 
 def execute(
-    tasks: list[ShardTask], pool: Executor | None, q: Any, progress: ProgressFn
+    tasks: Sequence[WriteTask], pool: Executor | None, q: Any, progress: ProgressFn
 ) -> list[ShardOutcome]:
     """Write the shards, inline or in the pool; progress comes through ``q`` from workers
     (per sample), or per finished shard when there is no ``q`` (Ray tasks)."""
     if pool is None or (len(tasks) <= 1 and q is not None):
         outcomes = []
         for task in tasks:
-            outcomes.append(write_shard(task, lambda n: progress(1, n, 0)))
+            outcomes.append(task.write(lambda n: progress(1, n, 0)))
             progress(0, 0, 1)
         return outcomes
     outcomes = []

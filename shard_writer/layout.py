@@ -22,12 +22,12 @@ END_OF_ARCHIVE = len(END)
 _KEY_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 
 
-def sample_key(f: SourceFile, width: int = 9) -> str:
+def sample_key(f: SourceFile, width: int = 9, start: int = 0) -> str:
     """A unique, stable, dot-free key: position in the source (ImageFolder position or listing
-    row index) plus a readable stem."""
+    row index; plus ``start`` in an appended version) and a readable stem."""
     stem = f.relpath.rsplit("/", 1)[-1].rsplit(".", 1)[0]
     stem = _KEY_UNSAFE.sub("_", stem)[:40].strip("_")
-    key = f"{f.index:0{width}d}"
+    key = f"{f.index + start:0{width}d}"
     return f"{key}_{stem}" if stem else key
 
 
@@ -64,31 +64,14 @@ def shard_name(prefix: str, index: int, total: int) -> str:
     return f"{prefix}-{index:0{width}d}.tar"
 
 
-def plan_layout(
-    files: Sequence[SourceFile],
-    classes: Sequence[str],
-    *,
-    options: LayoutOptions,
-    prefix: str = "train",
-    infos: Sequence[ImageInfo],
-) -> tuple[ShardSpec, ...]:
-    """Split ``files`` into shards of at most ``max_count`` samples and ``max_size`` bytes.
-
-    Samples are shuffled across classes first (seeded, unless ``shuffle`` is off): ImageFolder
-    order is sorted by class, and no buffer shuffle at read time can repair class-sorted shards.
-    ``infos`` (from the probe) give the bytes each image member stores. A shard exceeds
-    ``max_size`` only when a single sample does.
-    """
-    if len(infos) != len(files):
-        raise ValueError("infos must match files")
-    needs = [
-        sample_bound(f, info.payload_size, classes) for f, info in zip(files, infos, strict=True)
-    ]
-    order = list(range(len(files)))
+def group_samples(needs: Sequence[int], options: LayoutOptions) -> list[list[int]]:
+    """Sample indices per shard: samples in source order, or shuffled (seeded) first; a shard
+    closes before ``max_count`` samples or ``max_size`` bytes would be exceeded (``needs``: the
+    bytes each sample takes in a shard). A shard exceeds ``max_size`` only when a single sample
+    does. Pure: pack and reshard lay out their shards with it."""
+    order = list(range(len(needs)))
     if options.shuffle:
         random.Random(options.seed).shuffle(order)
-    width = max(9, len(str(max(len(files) - 1, 0))))
-
     groups: list[list[int]] = []
     current: list[int] = []
     current_bytes = END_OF_ARCHIVE
@@ -102,17 +85,52 @@ def plan_layout(
         current_bytes += need
     if current:
         groups.append(current)
+    return groups
 
+
+@dataclass(frozen=True, kw_only=True)
+class Numbering:
+    """Where an appended version's names start: its first shard's index and first key number
+    (both 0 for a new data set)."""
+
+    first_shard: int = 0
+    first_key: int = 0
+
+
+def plan_layout(
+    files: Sequence[SourceFile],
+    classes: Sequence[str],
+    *,
+    options: LayoutOptions,
+    prefix: str = "train",
+    infos: Sequence[ImageInfo],
+    numbering: Numbering = Numbering(),
+) -> tuple[ShardSpec, ...]:
+    """Split ``files`` into shards of at most ``max_count`` samples and ``max_size`` bytes.
+
+    Samples are shuffled across classes first (seeded, unless ``shuffle`` is off): ImageFolder
+    order is sorted by class, and no buffer shuffle at read time can repair class-sorted shards.
+    ``infos`` (from the probe) give the bytes each image member stores. A shard exceeds
+    ``max_size`` only when a single sample does.
+    """
+    if len(infos) != len(files):
+        raise ValueError("infos must match files")
+    needs = [
+        sample_bound(f, info.payload_size, classes) for f, info in zip(files, infos, strict=True)
+    ]
+    groups = group_samples(needs, options)
+    first, start = numbering.first_shard, numbering.first_key
+    width = max(9, len(str(max(len(files) - 1 + start, 0))))
     specs = []
     for n, group in enumerate(groups):
         bound = END_OF_ARCHIVE + sum(needs[i] for i in group)
         specs.append(
             ShardSpec(
-                index=n,
-                name=shard_name(prefix, n, len(groups)),
+                index=first + n,
+                name=shard_name(prefix, first + n, first + len(groups)),
                 samples=tuple(files[i] for i in group),
                 infos=tuple(infos[i] for i in group),
-                keys=tuple(sample_key(files[i], width) for i in group),
+                keys=tuple(sample_key(files[i], width, start) for i in group),
                 size_bound=bound,
             )
         )

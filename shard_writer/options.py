@@ -26,7 +26,10 @@ def usable_cores() -> int:
 
 
 @dataclass(frozen=True, kw_only=True)
-class PackOptions:
+class WriteOptions:
+    """What every command that writes a data set (pack, reshard, split) is asked to do: shard
+    limits and names, the write-time shuffle, re-encoding, workers, and what to do with DEST."""
+
     prefix: str = "train"
     max_count: int = 10_000
     max_size: int = 256 * 1000**2
@@ -34,18 +37,13 @@ class PackOptions:
     seed: int = 0
     workers: int | None = None
     on_error: OnError = OnError.SKIP
-    verify_decode: bool = False
     max_side: int | None = None
     quality: int | None = None
     overwrite: bool = False
+    append: bool = False  # a new version of the data set in DEST (shards after its last one)
     sync: bool = True  # fsync shards before index.json (durability; not part of the output)
     engine: str = "local"  # "local" (process pool) or "ray"; never part of the output
     ray_address: str | None = None
-    # a listing SRC's columns (None: "path", "label", "caption"); a listing's content, not these
-    # names, is what the fingerprint covers, so they are not recorded
-    path_column: str | None = None
-    label_column: str | None = None
-    caption_column: str | None = None
 
     def __post_init__(self) -> None:
         if not _PREFIX_RE.match(self.prefix) or "/" in self.prefix:
@@ -58,22 +56,61 @@ class PackOptions:
             raise ConfigError(f"--quality must be within 1..100, got {self.quality}")
         if self.engine not in ENGINES:
             raise ConfigError(f"--engine {self.engine!r}: choose one of {', '.join(ENGINES)}")
+        if self.append and self.overwrite:
+            raise ConfigError(
+                "--append adds a version to the data set in DEST, --overwrite replaces it: "
+                "choose one"
+            )
         object.__setattr__(self, "on_error", OnError(self.on_error))
         LayoutOptions(max_count=self.max_count, max_size=self.max_size)  # validates limits
-        ListingColumns(
-            path=self.path_column, label=self.label_column, caption=self.caption_column
-        )  # validates names
-
-    @property
-    def columns(self) -> ListingColumns:
-        return ListingColumns(
-            path=self.path_column, label=self.label_column, caption=self.caption_column
-        )
 
     @property
     def layout(self) -> LayoutOptions:
         return LayoutOptions(
             max_count=self.max_count, max_size=self.max_size, shuffle=self.shuffle, seed=self.seed
+        )
+
+    @property
+    def encode(self) -> EncodeOptions:
+        return EncodeOptions(max_side=self.max_side, quality=self.quality)
+
+    def _limits(self) -> dict[str, Any]:
+        """The recorded options every writer shares (in the order pack always recorded them:
+        the fingerprint hashes this dict as it is)."""
+        return {
+            "prefix": self.prefix,
+            "max_count": self.max_count,
+            "max_size": self.max_size,
+            "shuffle": self.shuffle,
+            "seed": self.seed,
+            "on_error": self.on_error.value,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackOptions(WriteOptions):
+    verify_decode: bool = False
+    # a listing SRC's columns (None: "path", "label", "caption"); a listing's content, not these
+    # names, is what the fingerprint covers, so they are not recorded
+    path_column: str | None = None
+    label_column: str | None = None
+    caption_column: str | None = None
+    # a parquet SRC whose images are in a column (Hub style): that column (None: "image", when
+    # the file has no path column)
+    image_column: str | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        ListingColumns(
+            path=self.path_column, label=self.label_column, caption=self.caption_column
+        )  # validates names
+        if self.image_column is not None and not self.image_column:
+            raise ConfigError("--image-column: the column name is empty")
+
+    @property
+    def columns(self) -> ListingColumns:
+        return ListingColumns(
+            path=self.path_column, label=self.label_column, caption=self.caption_column
         )
 
     @property
@@ -85,12 +122,7 @@ class PackOptions:
     def recorded(self) -> dict[str, Any]:
         """The options that determine the output bytes (recorded in the manifest)."""
         return {
-            "prefix": self.prefix,
-            "max_count": self.max_count,
-            "max_size": self.max_size,
-            "shuffle": self.shuffle,
-            "seed": self.seed,
-            "on_error": self.on_error.value,
+            **self._limits(),
             "verify_decode": self.verify_decode,
             "max_side": self.max_side,
             "quality": self.quality,
@@ -143,3 +175,30 @@ class PackSummary:
 
 
 ProgressFn = Callable[[int, int, int], None]  # (samples, source bytes, shards) increments
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReshardOptions(WriteOptions):
+    """``reshard`` (and ``split``): pack's write options, and which samples to carry.
+
+    ``on_error`` defaults to fail here: a source shard that cannot be read loses many samples at
+    once, which should not pass unnoticed (skip lists it and keeps what was read before)."""
+
+    on_error: OnError = OnError.FAIL
+    keys: str | None = None  # a file (or URL) with one key a line: carry only these
+    exclude_keys: str | None = None  # ... carry all but these
+    dedupe: bool = False
+    rename_collisions: bool = False
+
+    def recorded(self, key_lists: dict[str, str | None]) -> dict[str, Any]:
+        """The options that determine the output bytes; ``key_lists``: the sha256 of each key
+        list given (the lists themselves can be long)."""
+        return {
+            "command": "reshard",
+            **self._limits(),
+            "max_side": self.max_side,
+            "quality": self.quality,
+            "dedupe": self.dedupe,
+            "rename_collisions": self.rename_collisions,
+            **key_lists,
+        }

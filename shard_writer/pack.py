@@ -3,7 +3,8 @@ reproducible.
 
 Steps: scan SRC (walk the tree, or read the listing) -> probe every image (measuring re-encoded
 sizes) -> pure layout -> check DEST -> write the shards
-not already complete (process pool) -> write ``index.json`` last. A shard is complete when its
+not already complete (process pool) -> write ``index.json`` last (:mod:`shard_writer.commit`;
+``--append``: :mod:`shard_writer.append`). A shard is complete when its
 final file exists and its size and sha256 equal what its marker (written right after
 publishing) recorded; anything else is rewritten. Output bytes depend only on the input and on
 the options recorded in the manifest, never on the number of workers.
@@ -12,25 +13,26 @@ the options recorded in the manifest, never on the number of workers.
 from __future__ import annotations
 
 import logging
-import multiprocessing as mp
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import Executor, ProcessPoolExecutor
+from dataclasses import replace
 from typing import Any
 
-from shard_writer.dest import STATE_DIR, Destination
-from shard_writer.execute import execute, init_worker
-from shard_writer.layout import plan_layout
+from shard_writer.append import Base, merge_classes, read_base
+from shard_writer.commit import Job, commit
+from shard_writer.dest import Destination
+from shard_writer.execute import Engine, absolute, engine
+from shard_writer.hub import HubScan, HubShardTask, hub_order, hub_scan, probe_hub
+from shard_writer.layout import Numbering, plan_layout
 from shard_writer.listing import scan_source
 from shard_writer.members import mixed_image_members
-from shard_writer.options import PackOptions, PackSummary, ProgressFn, usable_cores
+from shard_writer.options import PackOptions, PackSummary, ProgressFn
 from shard_writer.probe import probe_files
-from shard_writer.publish import fingerprint, prepare_dest, reusable, summary_from_manifest
-from shard_writer.write import OnError, ShardOutcome, ShardTask
+from shard_writer.publish import fingerprint
+from shard_writer.scan import Scan, SourceFile
+from shard_writer.write import OnError, ShardTask
 from wdstool.base.errors import InputError
-from wdstool.base.urls import is_remote, local_path
-from wdstool.format.manifest import MANIFEST_NAME, ShardEntry, build_manifest
 
 log = logging.getLogger(__name__)
 __all__ = ["PackOptions", "PackSummary", "pack"]
@@ -46,97 +48,49 @@ def pack(
     on_total: Callable[[int, int, str], None] | None = None,
 ) -> PackSummary:
     """Pack ``src`` (an ImageFolder tree, or a listing file: a .csv, .tsv, .jsonl or .parquet
-    file naming one image per row) into shards and ``index.json`` under ``dest_url``.
+    file naming one image per row) into shards and ``index.json`` under ``dest_url``; with
+    ``options.append``, as a new version of the data set already there.
 
     ``on_total(items, shards, phase)`` announces each phase ("probe", then "pack");
     ``progress(samples, source bytes, shards)`` reports increments within it. Raises WdsToolError subclasses with one-line messages.
     """
     options = options or PackOptions()
-    workers = options.workers or usable_cores()
-    if options.engine == "ray":
-        return _pack_on_ray(src, dest_url, options, workers, storage_options, progress, on_total)
-    if workers == 1:
-        return _pack(src, dest_url, options, 1, None, None, storage_options, progress, on_total)
-    ctx = mp.get_context("spawn")  # never fork a process that may hold threads (tqdm, s3fs)
-    q = ctx.Queue()
-    with ProcessPoolExecutor(
-        max_workers=workers, mp_context=ctx, initializer=init_worker, initargs=(q,)
-    ) as pool:
-        try:
-            return _pack(
-                src, dest_url, options, workers, pool, q, storage_options, progress, on_total
-            )
-        except BaseException:
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
-
-
-def _absolute(url: str) -> str:
-    """A local path made absolute against the caller's directory: Ray tasks run wherever
-    their node was started."""
-    return url if is_remote(url) else os.path.abspath(local_path(url))
-
-
-def _pack_on_ray(
-    src: str,
-    dest_url: str,
-    options: PackOptions,
-    workers: int,
-    storage_options: dict[str, Any] | None,
-    progress: ProgressFn | None,
-    on_total: Callable[[int, int, str], None] | None,
-) -> PackSummary:
-    from shard_writer.ray_engine import ray_executor
-
-    src, dest_url = _absolute(src), _absolute(dest_url)
-    started = time.perf_counter()
-    with ray_executor(options.ray_address, workers) as pool:
-        ray_start = time.perf_counter() - started
-        try:
-            summary = _pack(
-                src, dest_url, options, workers, pool, None, storage_options, progress, on_total
-            )
-        except BaseException:
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
-        summary.workers = pool.cpus()
-        summary.extra = {
-            "engine": "ray",
-            "ray_start_s": round(ray_start, 3),
-            "shards_per_node": pool.tasks_per_node("_run_task"),
-            "probes_per_node": pool.tasks_per_node("_probe_chunk"),
-        }
-        return summary
+    src, dest_url = absolute(src, options), absolute(dest_url, options)
+    with engine(options) as eng:
+        summary = _pack(src, dest_url, options, eng, storage_options, progress, on_total)
+        return eng.finish(summary, "_probe_chunk")
 
 
 def _pack(
     src: str,
     dest_url: str,
     options: PackOptions,
-    workers: int,
-    pool: Executor | None,
-    q: Any,
+    eng: Engine,
     storage_options: dict[str, Any] | None,
     progress: ProgressFn | None,
     on_total: Callable[[int, int, str], None] | None,
 ) -> PackSummary:
     progress = progress or (lambda *_: None)
     started = time.perf_counter()
-    scan = scan_source(src, options.columns, storage_options)
+    scan = hub_scan(src, options, storage_options) or scan_source(
+        src, options.columns, storage_options
+    )
     if options.on_error is OnError.FAIL and scan.problems:
         p = scan.problems[0]
         raise InputError(f"{os.path.join(scan.root, p.path)}: {p.reason}")
     if not scan.files:
         raise InputError(f"{scan.root}: no images found (extensions: .jpg .jpeg .png .webp ...)")
+    dest = Destination(dest_url, storage_options)
+    base = read_base(dest) if options.append else None
 
     if on_total:
         on_total(len(scan.files), 0, "probe")
-    files, infos, skipped = probe_files(
+    files, infos, skipped = (probe_hub if isinstance(scan, HubScan) else probe_files)(
         scan,
         options.encode,
         fail=options.on_error is OnError.FAIL,
         progress=lambda n: progress(n, 0, 0),
-        pool=pool,
+        pool=eng.pool,
     )
     skipped = [*scan.problems, *skipped]
     if not files:
@@ -144,29 +98,25 @@ def _pack(
     mixed = mixed_image_members(infos)
     if mixed:
         log.warning("%s: %s", scan.name, mixed)
+    numbering = Numbering()
+    if base is not None:
+        scan, files = _relabel(scan, files, base)
+        numbering = Numbering(first_shard=base.first_shard, first_key=base.next_key)
+    layout, hub = options.layout, {}
+    if isinstance(scan, HubScan):  # row group by row group: see shard_writer.hub
+        files, infos = hub_order(scan, files, infos, layout.shuffle, layout.seed)
+        layout = replace(layout, shuffle=False)
+        hub = {"column": scan.column, "struct": scan.struct, "group_rows": scan.group_rows}
     specs = plan_layout(
-        files, scan.classes, options=options.layout, prefix=options.prefix, infos=infos
+        files,
+        scan.classes,
+        options=layout,
+        prefix=options.prefix,
+        infos=infos,
+        numbering=numbering,
     )
-    fp = fingerprint(scan, specs, options)
-    dest = Destination(dest_url, storage_options)
-    existing = prepare_dest(dest, fp, options)
-    if existing is not None:
-        return summary_from_manifest(dest, existing, started, workers)
-
-    if on_total:
-        on_total(len(files), len(specs), "pack")
-    done: dict[str, ShardOutcome] = {}
-    todo = []
-    for spec in specs:
-        outcome = reusable(dest, spec)
-        if outcome is not None:
-            done[spec.name] = outcome
-            progress(outcome.nsamples, outcome.source_bytes, 1)
-        else:
-            todo.append(spec)
-    reused = len(done)
     tasks = [
-        ShardTask(
+        (HubShardTask if hub else ShardTask)(
             root=scan.root,
             dest_url=dest_url,
             storage_options=storage_options,
@@ -174,37 +124,34 @@ def _pack(
             classes=scan.classes,
             encode=options.encode,
             listing=scan.listing,
+            **hub,
         )
-        for spec in todo
+        for spec in specs
     ]
-    for outcome in execute(tasks, pool, q, progress):
-        done[outcome.name] = outcome
-
-    outcomes = [done[s.name] for s in specs]
-    manifest = build_manifest(
-        [
-            ShardEntry(url=o.name, nsamples=o.nsamples, filesize=o.filesize, sha256=o.sha256)
-            for o in outcomes
-        ],
+    appended = ""
+    if base is not None:  # what is added, wherever it lands: a rerun adds nothing
+        alone = plan_layout(files, scan.classes, options=layout, infos=infos)
+        appended = fingerprint(scan, alone, options)
+    job = Job(
+        dest=dest,
+        options=options,
+        tasks=tasks,
+        fingerprint=fingerprint(scan, specs, options),
         classes=scan.classes,
-        fingerprint=fp,
-        options=options.recorded(),
+        recorded=options.recorded(),
         skipped=[s.to_json() for s in skipped],
+        samples=len(files),
+        base=base,
+        appended=appended,
+        inputs=(src,),
+        next_key=numbering.first_key + len(scan.files),
     )
-    if options.sync:
-        dest.sync([o.name for o in outcomes])
-    dest.write_bytes(MANIFEST_NAME, manifest.dumps())
-    dest.remove(STATE_DIR)
-    return PackSummary(
-        dest=dest.display(),
-        shards=len(outcomes),
-        samples=manifest.num_samples,
-        total_bytes=manifest.total_bytes,
-        source_bytes=sum(o.source_bytes for o in outcomes),
-        classes=len(scan.classes),
-        skipped=list(manifest.skipped),
-        reused_shards=reused,
-        written_shards=len(todo),
-        seconds=time.perf_counter() - started,
-        workers=workers,
-    )
+    return commit(job, eng, started, progress, on_total)
+
+
+def _relabel(scan: Scan, files: list[SourceFile], base: Base) -> tuple[Scan, list[SourceFile]]:
+    """An appended version's classes: DEST's, plus new names after them (their indices kept)."""
+    classes, index = merge_classes(base.manifest.classes, scan.classes, scan.name)
+    if index != list(range(len(index))):
+        files = [replace(f, class_idx=index[f.class_idx]) if f.class_idx >= 0 else f for f in files]
+    return replace(scan, classes=classes), files

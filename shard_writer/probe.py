@@ -179,6 +179,14 @@ def probe_files(
         results.extend(part)
         if progress:
             progress(len(chunk))
+    return sort_probed(scan, files, results, fail)
+
+
+def sort_probed(
+    scan: Scan, files: list[SourceFile], results: list[ImageInfo | str], fail: bool
+) -> tuple[list[SourceFile], list[ImageInfo], list[Skipped]]:
+    """(good files, their infos, skipped inputs) from each file's probe result (its ImageInfo,
+    or why it is bad): the first bad one raises InputError when ``fail``."""
     good, infos, skipped = [], [], []
     for f, res in zip(files, results, strict=True):
         if isinstance(res, ImageInfo):

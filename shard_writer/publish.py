@@ -10,7 +10,7 @@ import time
 
 from shard_writer.dest import STATE_DIR, Destination
 from shard_writer.layout import ShardSpec
-from shard_writer.options import PackOptions, PackSummary
+from shard_writer.options import PackOptions, PackSummary, WriteOptions
 from shard_writer.scan import Scan
 from shard_writer.write import ShardOutcome, hash_file, marker_name
 from wdstool.base.errors import DestinationError, ShardError
@@ -43,7 +43,7 @@ def _our_shard(name: str, prefix: str) -> bool:
     return name.startswith(f"{prefix}-") and name.endswith(".tar")
 
 
-def prepare_dest(dest: Destination, fingerprint: str, options: PackOptions) -> dict | None:
+def prepare_dest(dest: Destination, fingerprint: str, options: WriteOptions) -> dict | None:
     """Refuse a DEST holding another dataset; return its manifest if it holds this one."""
     dest.ensure()
     manifest_raw = dest.read_json(MANIFEST_NAME)
@@ -79,8 +79,10 @@ def prepare_dest(dest: Destination, fingerprint: str, options: PackOptions) -> d
     return None
 
 
-def reusable(dest: Destination, spec: ShardSpec) -> ShardOutcome | None:
-    raw = dest.read_json(marker_name(spec.name))
+def reusable(dest: Destination, name: str) -> ShardOutcome | None:
+    """The outcome of shard ``name`` if an earlier run published it complete (its marker, size
+    and sha256, or on an object store its ETag, agree); None if it must be written."""
+    raw = dest.read_json(marker_name(name))
     if raw is None:
         return None
     try:
@@ -90,15 +92,15 @@ def reusable(dest: Destination, spec: ShardSpec) -> ShardOutcome | None:
     if not dest.local:
         # an object store's PUT is atomic and the upload was checked (size, ETag) before the
         # marker was written: the same ETag now means the same bytes, without downloading them
-        info = dest.info(spec.name)
+        info = dest.info(name)
         if info is None or int(info["size"]) != outcome.filesize:
             return None
         if outcome.etag and info.get("ETag") == outcome.etag:
             return outcome
-    elif dest.size(spec.name) != outcome.filesize:
+    elif dest.size(name) != outcome.filesize:
         return None
-    if hash_file(dest, spec.name) != (outcome.filesize, outcome.sha256):
-        log.warning("%s: content differs from its marker; rewriting", dest.display(spec.name))
+    if hash_file(dest, name) != (outcome.filesize, outcome.sha256):
+        log.warning("%s: content differs from its marker; rewriting", dest.display(name))
         return None
     return outcome
 

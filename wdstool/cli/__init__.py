@@ -18,8 +18,10 @@ from wdstool.base.credentials import ScrubbingFilter
 from wdstool.cli.index import index_cmd
 from wdstool.cli.inspect import inspect_cmd, verify_cmd
 from wdstool.cli.pack import pack_cmd
+from wdstool.cli.reshard import reshard_cmd
 from wdstool.cli.sample_data import sample_data_cmd
 from wdstool.cli.show import show_cmd
+from wdstool.cli.split import split_cmd
 from wdstool.cli.stream_bench import stream_bench_cmd
 
 
@@ -39,6 +41,8 @@ def cli(verbose: int) -> None:
     Typical use:
       wdstool sample-data data/images --images 2000 --classes 10
       wdstool pack data/images data/shards --max-count 1000
+      wdstool reshard data/shards other/shards data/merged --max-count 5000
+      wdstool split data/merged data/splits --fractions train=0.98,validation=0.02
       wdstool inspect data/shards
       wdstool verify data/shards
       wdstool index data/shards --dali
@@ -57,6 +61,8 @@ def cli(verbose: int) -> None:
 for command in (
     sample_data_cmd,
     pack_cmd,
+    reshard_cmd,
+    split_cmd,
     inspect_cmd,
     verify_cmd,
     index_cmd,

@@ -26,7 +26,8 @@ from wdstool.cli.common import emit_json, progress_enabled, storage_options_from
 def inspect_cmd(
     source: str, nkeys: int, as_json: bool, storage_options: dict[str, Any] | None
 ) -> None:
-    """Show the shards, samples, classes and sizes of a packed dataset.
+    """Show the shards, samples, classes and sizes of a packed dataset, and its versions
+    when something was appended to it (pack/reshard --append).
 
     SOURCE is a folder or prefix holding index.json, or the manifest's own path/URL.
     """
@@ -48,6 +49,13 @@ def inspect_cmd(
         + (" ..." if len(info["classes"]) > 10 else "")
     )
     click.echo(f"skipped   {len(info['skipped'])} inputs at pack time")
+    for v in info.get("versions", []):
+        inputs = ", ".join(v["inputs"]) or "(not recorded)"
+        click.echo(
+            f"version {v['version']}: {v['created'] or 'time unknown'}  {v['command']} "
+            f"+{v['added_shards']} shards +{v['added_samples']} samples -> {v['shards']} "
+            f"shards, {v['samples']} samples; input {inputs}"
+        )
     for s in info["shards"][:5]:
         click.echo(
             f"  {s['url']}  {s['nsamples']} samples  {format_size(s['filesize'])}  "

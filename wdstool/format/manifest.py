@@ -2,7 +2,8 @@
 
 It follows the wids shard-index layout so other tools read it (``__kind__``, ``wids_version``,
 ``shardlist`` of ``{url, nsamples, filesize}``) and adds our fields: sha256 per shard, classes,
-totals, pack options, a fingerprint of the layout, the skipped inputs and a format version.
+totals, pack options, a fingerprint of the layout, the skipped inputs and a format version, and,
+once something was appended, the version history (:mod:`wdstool.format.versions`).
 Shard URLs are relative to the manifest. Serialisation is canonical (sorted keys, fixed
 separators), so the same dataset always gives the same bytes.
 """
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from wdstool.base.errors import ShardError
+from wdstool.format.versions import Version, parse_versions
 
 MANIFEST_NAME = "index.json"
 FORMAT = "wdstool-manifest"
@@ -50,6 +52,7 @@ class Manifest:
     options: dict[str, Any] = field(default_factory=dict)
     skipped: tuple[dict[str, str], ...] = ()
     name: str = ""
+    versions: tuple[Version, ...] = ()  # () until something is appended
 
     @property
     def num_samples(self) -> int:
@@ -64,7 +67,7 @@ class Manifest:
         return [s.nsamples for s in self.shards]
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "__kind__": "wids-shard-index-v1",
             "wids_version": 1,
             "name": self.name,
@@ -79,6 +82,9 @@ class Manifest:
             "skipped": list(self.skipped),
             "shardlist": [s.to_json() for s in self.shards],
         }
+        if self.versions:  # a data set never appended to keeps the manifest it always had
+            out["versions"] = [v.to_json() for v in self.versions]
+        return out
 
     def dumps(self) -> bytes:
         return (json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n").encode("ascii")
@@ -157,6 +163,7 @@ def parse_manifest(data: bytes | str, where: str) -> Manifest:
         if isinstance(skipped, list)
         else (),
         name=str(obj.get("name", "")),
+        versions=parse_versions(obj.get("versions"), len(shards), where),
     )
 
 
@@ -168,6 +175,7 @@ def build_manifest(
     options: dict[str, Any],
     skipped: Sequence[dict[str, str]],
     name: str = "",
+    versions: Sequence[Version] = (),
 ) -> Manifest:
     return Manifest(
         shards=tuple(entries),
@@ -176,6 +184,7 @@ def build_manifest(
         options=dict(options),
         skipped=tuple(sorted(skipped, key=lambda s: s["path"])),
         name=name,
+        versions=tuple(versions),
     )
 
 

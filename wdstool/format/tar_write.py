@@ -1,9 +1,11 @@
 """Tar members with fixed metadata, written without the tarfile module.
 
 Every member is a regular file with mode 0444, uid/gid 0, empty owner names and mtime 0, so
-packing the same input twice gives byte-identical shards. Headers are plain POSIX ustar (names
-are short ASCII keys, checked here, never absolute or with a ``..``: see tar_safety); the
-archive ends with two zero blocks and no record padding.
+packing the same input twice gives byte-identical shards. Headers are plain POSIX ustar (pack's
+names are short ASCII keys); a longer or non-ASCII name (a key reshard carries from another
+tool's shards) gets a pax ``path`` record before its header, as tar, tarfile and our reader
+expect. Names are checked here, never absolute or with a ``..`` (see tar_safety); the archive
+ends with two zero blocks and no record padding.
 """
 
 from __future__ import annotations
@@ -54,6 +56,52 @@ def header(name: str, size: int) -> bytes:
     return bytes(h)
 
 
+def _pax_record(key: str, value: str) -> bytes:
+    """One pax record, ``"<length> key=value\n"``, its length counting its own digits."""
+    body = f" {key}={value}\n".encode()
+    n = len(body) + 1
+    while len(str(n)) + len(body) != n:
+        n += 1
+    return str(n).encode() + body
+
+
+def _pax_header(name: str) -> bytes:
+    """A pax extended header (``x``) naming ``name``, padded, for the ustar header after it."""
+    records = _pax_record("path", name)
+    h = bytearray(_TEMPLATE)
+    h[0:14] = b"././@PaxHeader"
+    h[124:136] = b"%011o\0" % len(records)
+    h[156:157] = b"x"
+    h[148:156] = b"        "
+    h[148:156] = b"%06o\0 " % sum(h)
+    return bytes(h) + records + padding(len(records))
+
+
+def _needs_pax(name: str) -> bool:
+    return not name.isascii() or not 0 < len(name) <= 100
+
+
+def member_header(name: str, size: int) -> bytes:
+    """The header block(s) of a member: :func:`header`, preceded by a pax ``path`` record when
+    ``name`` is not 1..100 ASCII bytes (the ustar name field then holds an ASCII stand-in)."""
+    reasons = unsafe_reasons(name)
+    if reasons:
+        raise ValueError(f"refusing tar member '{printable_name(name)}': {', '.join(reasons)}")
+    if not _needs_pax(name):
+        return header(name, size)
+    stand_in = name.encode("ascii", "replace").decode("ascii")[-100:].replace("/", "_")
+    return _pax_header(name) + header(stand_in.lstrip(".") or "_", size)
+
+
+def member_size(name: str, payload: int) -> int:
+    """Bytes a member named ``name`` with ``payload`` bytes of data takes in a shard."""
+    extra = 0
+    if _needs_pax(name):
+        records = len(_pax_record("path", name))
+        extra = BLOCK + -(-records // BLOCK) * BLOCK
+    return extra + member_bytes(payload)
+
+
 def padding(size: int) -> bytes:
     """Zero bytes that pad a member of ``size`` bytes to a whole block."""
     return _ZEROS[: -size % BLOCK]
@@ -66,10 +114,10 @@ def member_bytes(payload: int) -> int:
 
 def write_member(write: Callable[[bytes], object], name: str, data: bytes) -> int:
     """Write one member through ``write``; return the bytes written."""
-    hdr = header(name, len(data))
+    hdr = member_header(name, len(data))
     pad = padding(len(data))
     write(hdr)
     write(data)
     if pad:
         write(pad)
-    return BLOCK + len(data) + len(pad)
+    return len(hdr) + len(data) + len(pad)

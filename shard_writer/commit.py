@@ -1,0 +1,135 @@
+"""The second half of every write (pack, reshard, split): check DEST, write the shards that are
+not complete yet, publish ``index.json`` last.
+
+A command plans a :class:`Job` (its shard tasks, in order, and what its manifest records); this
+module does the rest the same way for all of them: refuse a DEST holding another data set (or,
+with ``--append``, one that is not a data set), reuse shards an interrupted run completed (their
+markers, sizes and sha256 agree), run the other tasks on the engine, fsync, write the manifest
+(for an append: every shard and one more version), remove the run's state.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from shard_writer.append import Added, Base, appended_manifest, prepare_append
+from shard_writer.dest import STATE_DIR, Destination
+from shard_writer.execute import Engine, execute
+from shard_writer.options import PackSummary, ProgressFn, WriteOptions
+from shard_writer.publish import prepare_dest, reusable, summary_from_manifest
+from shard_writer.write import ShardOutcome
+from wdstool.format.manifest import MANIFEST_NAME, ShardEntry, build_manifest
+
+
+class NamedTask(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def write(self, on_sample: Callable[[int], None] | None = None) -> ShardOutcome: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    """A planned write: ``tasks`` in shard order, the layout's ``fingerprint``, and what the
+    manifest records. ``base``: the data set an append adds to (None: a new data set)."""
+
+    dest: Destination
+    options: WriteOptions
+    tasks: Sequence[NamedTask]
+    fingerprint: str
+    classes: tuple[str, ...]
+    recorded: dict[str, Any]
+    skipped: Sequence[dict[str, Any]]
+    samples: int
+    base: Base | None = None
+    appended: str = ""  # for an append: the fingerprint of its input (SRC and options)
+    command: str = "pack"
+    inputs: tuple[str, ...] = ()
+    next_key: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)  # merged into the summary
+
+
+def commit(
+    job: Job,
+    engine: Engine,
+    started: float,
+    progress: ProgressFn,
+    on_total: Callable[[int, int, str], None] | None,
+    phase: str = "pack",
+) -> PackSummary:
+    """Write ``job`` to its DEST and publish its manifest; the summary of what was done."""
+    dest, names = job.dest, [t.name for t in job.tasks]
+    if job.base is not None:
+        if prepare_append(dest, job.base, job.fingerprint, job.appended, names):
+            return summary_from_manifest(dest, job.base.manifest.to_json(), started, engine.workers)
+    else:
+        existing = prepare_dest(dest, job.fingerprint, job.options)
+        if existing is not None:
+            return summary_from_manifest(dest, existing, started, engine.workers)
+
+    if on_total:
+        on_total(job.samples, len(job.tasks), phase)
+    done: dict[str, ShardOutcome] = {}
+    todo = []
+    for task in job.tasks:
+        outcome = reusable(dest, task.name)
+        if outcome is not None:
+            done[task.name] = outcome
+            progress(outcome.nsamples, outcome.source_bytes, 1)
+        else:
+            todo.append(task)
+    reused = len(done)
+    for outcome in execute(todo, engine.pool, engine.q, progress):
+        done[outcome.name] = outcome
+
+    outcomes = [done[name] for name in names]
+    if job.base is None:
+        manifest = build_manifest(
+            [ShardEntry(o.name, o.nsamples, o.filesize, o.sha256) for o in outcomes],
+            classes=job.classes,
+            fingerprint=job.fingerprint,
+            options=job.recorded,
+            skipped=job.skipped,
+        )
+    else:
+        manifest = appended_manifest(
+            job.base,
+            Added(
+                outcomes=outcomes,
+                classes=job.classes,
+                part=job.appended,
+                skipped=job.skipped,
+                command=job.command,
+                inputs=job.inputs,
+                next_key=job.next_key,
+                options=job.recorded,
+            ),
+        )
+    if job.options.sync:
+        dest.sync(names)
+    dest.write_bytes(MANIFEST_NAME, manifest.dumps())
+    dest.remove(STATE_DIR)
+    extra = dict(job.extra)
+    if manifest.versions:
+        extra.update(
+            version=manifest.versions[-1].number,
+            dataset_shards=len(manifest.shards),
+            dataset_samples=manifest.num_samples,
+        )
+    return PackSummary(
+        dest=dest.display(),
+        shards=len(outcomes),
+        samples=sum(o.nsamples for o in outcomes),
+        total_bytes=sum(o.filesize for o in outcomes),
+        source_bytes=sum(o.source_bytes for o in outcomes),
+        classes=len(job.classes),
+        skipped=sorted((dict(s) for s in job.skipped), key=lambda s: s["path"]),
+        reused_shards=reused,
+        written_shards=len(todo),
+        seconds=time.perf_counter() - started,
+        workers=engine.workers,
+        extra=extra,
+    )

@@ -1,0 +1,117 @@
+"""``wdstool reshard``: WebDataset shards (ours or any tool's) -> one data set, new shard limits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from wdstool.cli.common import storage_options_from_cli
+from wdstool.cli.writing import print_summary, run_with_progress, write_options
+
+
+def selection_options(f: Any) -> Any:
+    """Which samples reshard and split carry, and under which keys."""
+    for option in reversed(
+        [
+            click.option(
+                "--keys",
+                "keys_file",
+                default=None,
+                metavar="FILE",
+                help="Carry only the samples whose keys this file lists (one key a line; a "
+                "local path or URL). A key naming no sample is an error.",
+            ),
+            click.option(
+                "--exclude-keys",
+                "exclude_file",
+                default=None,
+                metavar="FILE",
+                help="Carry every sample but those whose keys this file lists (one key a "
+                "line). A key naming no sample is an error.",
+            ),
+            click.option(
+                "--dedupe",
+                is_flag=True,
+                help="Drop exact duplicates (same sha256 of the image member): the first one "
+                "is kept, the others listed in index.json 'skipped'. Reads every image once "
+                "more.",
+            ),
+            click.option(
+                "--rename-collisions",
+                is_flag=True,
+                help="A key already seen (in an earlier SRC, elsewhere in the same one, or in "
+                "DEST with --append) becomes KEY_1 (KEY_2, ...) instead of an error naming both "
+                "shards.",
+            ),
+        ]
+    ):
+        f = option(f)
+    return f
+
+
+_SHARED = (
+    *("prefix", "max_count", "max_size", "shuffle", "seed", "workers", "on_error", "max_side"),
+    *("quality", "overwrite", "sync", "engine", "ray_address", "dedupe", "rename_collisions"),
+)
+
+
+def reshard_options(params: dict[str, Any]) -> Any:
+    """ReshardOptions from the parsed options of reshard or split."""
+    from shard_writer.options import ReshardOptions
+
+    return ReshardOptions(
+        **{name: params[name] for name in _SHARED},
+        append=params.get("append", False),
+        keys=params["keys_file"],
+        exclude_keys=params["exclude_file"],
+    )
+
+
+@click.command("reshard")
+@click.argument("srcs", nargs=-1, required=True, type=str, metavar="SRC...")
+@click.argument("dest", type=str)
+@write_options(on_error="fail", what="the sources' order (SRC after SRC, shard after shard)")
+@selection_options
+@storage_options_from_cli
+def reshard_cmd(
+    srcs: tuple[str, ...],
+    dest: str,
+    storage_options: dict[str, Any] | None,
+    **params: Any,
+) -> None:
+    """Rewrite the samples of SRC... as one data set in DEST with new shard limits.
+
+    \b
+    Each SRC is one of
+    - a data set (a folder or prefix holding index.json, or the manifest itself),
+    - a folder or prefix of .tar shards written by any tool (webdataset's TarWriter,
+      img2dataset, tar), in name order, or
+    - a brace pattern (data-{000..099}.tar) or one shard's URL.
+    Several SRCs are merged into one data set, SRC after SRC.
+
+    Every member of every sample is carried byte for byte (an image re-encoded by
+    --max-side/--quality aside), in the member order of its source, whatever it holds
+    (.pyd and .npy members are copied as bytes, never unpickled). A sample whose members
+    are split across two consecutive shards of a SRC is joined. A key found twice is an
+    error naming both shards (or --rename-collisions). Data sets with class names must have
+    the same classes (one list may extend the other), since .cls members are not rewritten.
+
+    The same sources and options always give byte-identical shards, whatever --workers;
+    an interrupted reshard finishes when run again; index.json is written last. --on-error
+    defaults to fail here: skip lists a damaged or missing shard and keeps what was read
+    before the damage. SRC and DEST may be local or any fsspec URL (s3://bucket/prefix).
+    """
+    from shard_writer.reshard import reshard
+
+    options = reshard_options(params)
+    summary = run_with_progress(
+        params["quiet"],
+        "reshard",
+        lambda **report: reshard(
+            list(srcs), dest, options, storage_options=storage_options, **report
+        ),
+    )
+    print_summary(
+        summary, as_json=params["as_json"], quiet=params["quiet"], verb="resharded", noun="samples"
+    )

@@ -1,0 +1,219 @@
+"""What the commands that write a data set share (pack, reshard, split): their shard, shuffle,
+re-encoding, worker and DEST options, the progress bar, and the summary they print."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from wdstool.base.params import BYTE_SIZE, format_size
+from wdstool.cli.common import emit_json, progress_enabled
+
+
+def write_options(
+    *, on_error: str, what: str, append: bool = True
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The options of a command writing shards (``what``: what it writes from, for the help;
+    ``append``: whether it offers --append); they reach the command as keyword arguments of the
+    same names."""
+    options = [
+        click.option(
+            "--max-count",
+            type=click.IntRange(min=1),
+            default=10_000,
+            show_default=True,
+            help="At most this many samples per shard.",
+        ),
+        click.option(
+            "--max-size",
+            type=BYTE_SIZE,
+            default="256MB",
+            show_default=True,
+            help="At most this many bytes per shard on disk, tar headers included "
+            "(exceeded only by a single sample larger than it).",
+        ),
+        click.option(
+            "--prefix",
+            default="train",
+            show_default=True,
+            help="Shard names: PREFIX-000000.tar, PREFIX-000001.tar, ...",
+        ),
+        click.option(
+            "--workers",
+            type=click.IntRange(min=1),
+            default=None,
+            help="Processes writing shards [default: usable cores]. Output is identical "
+            "whatever the number.",
+        ),
+        click.option(
+            "--seed",
+            type=int,
+            default=0,
+            show_default=True,
+            help="Seed of the write-time shuffle.",
+        ),
+        click.option(
+            "--shuffle/--no-shuffle",
+            default=True,
+            show_default=True,
+            help=f"Shuffle the samples across shards; --no-shuffle keeps {what}.",
+        ),
+        click.option(
+            "--max-side",
+            type=click.IntRange(min=8),
+            default=None,
+            help="Downscale images whose longest side exceeds PX and re-encode them as JPEG.",
+        ),
+        click.option(
+            "--quality",
+            type=click.IntRange(1, 100),
+            default=None,
+            help="Re-encode every image as JPEG at this quality (90 with --max-side alone).",
+        ),
+        click.option(
+            "--on-error",
+            type=click.Choice(["skip", "fail"]),
+            default=on_error,
+            show_default=True,
+            help="skip: leave bad inputs out and list them (summary and index.json "
+            "'skipped'); fail: stop at the first one, naming it, and publish nothing.",
+        ),
+        click.option(
+            "--overwrite", is_flag=True, help="Replace a different data set already in DEST."
+        ),
+        click.option(
+            "--sync/--no-sync",
+            default=True,
+            show_default=True,
+            help="fsync every shard before index.json is written. --no-sync is faster on slow "
+            "disks, but a power loss right after can leave a manifest naming unflushed data.",
+        ),
+        click.option(
+            "--engine",
+            type=click.Choice(["local", "ray"]),
+            default="local",
+            show_default=True,
+            help="local: a process pool on this machine. ray: the work runs as Ray tasks "
+            "(pip install 'wdstool[ray]'); same bytes as local. SRC and DEST must then be "
+            "reachable from every node (s3://... for both, or a shared folder).",
+        ),
+        click.option(
+            "--ray-address",
+            default=None,
+            metavar="HOST:PORT",
+            help="Join this Ray cluster (else RAY_ADDRESS; else a local instance on 127.0.0.1 "
+            "with --workers CPUs is started and stopped). Clusters started with `ray start` use "
+            "token auth: the driver needs the cluster's token (RAY_AUTH_TOKEN or "
+            "~/.ray/auth_token).",
+        ),
+        click.option(
+            "--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout."
+        ),
+        click.option("-q", "--quiet", is_flag=True, help="No progress bar and no human summary."),
+    ]
+
+    if append:
+        options.append(
+            click.option(
+                "--append",
+                is_flag=True,
+                help="Add the result to the data set in DEST as a new version: new shards after "
+                "its last one (old shards untouched), index.json replaced with every shard and the "
+                "version history. DEST must hold a data set.",
+            )
+        )
+
+    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return decorate
+
+
+def run_with_progress(quiet: bool, desc: str, run: Callable[..., Any]) -> Any:
+    """``run(progress=..., on_total=...)`` under a progress bar on stderr (a terminal only)."""
+    from tqdm import tqdm
+
+    bar = tqdm(
+        total=0,
+        unit="img",
+        unit_scale=True,
+        disable=not progress_enabled(quiet),
+        file=sys.stderr,
+        dynamic_ncols=True,
+        desc=desc,
+    )
+    state = {"bytes": 0, "shards": 0, "total_shards": 0}
+
+    def on_total(items: int, shards: int, phase: str) -> None:
+        bar.reset(total=items)
+        bar.set_description(phase)
+        if not bar.disable:  # a disabled bar answers format_dict only while it has no unit
+            bar.unit = "shard" if phase == "scan" else "img"
+        state["total_shards"] = shards
+
+    def progress(n: int, nbytes: int, shards: int) -> None:
+        state["bytes"] += nbytes
+        state["shards"] += shards
+        bar.update(n)
+        elapsed = bar.format_dict.get("elapsed") or 0
+        mbs = state["bytes"] / 1e6 / elapsed if elapsed else 0.0
+        if state["total_shards"]:
+            bar.set_postfix_str(
+                f"{mbs:.0f} MB/s, shards {state['shards']}/{state['total_shards']}", refresh=False
+            )
+
+    try:
+        return run(progress=progress, on_total=on_total)
+    finally:
+        bar.close()
+
+
+def print_summary(summary: Any, *, as_json: bool, quiet: bool, verb: str, noun: str) -> None:
+    """The summary of a write: JSON on stdout, or a few lines for people."""
+    if as_json:
+        emit_json(summary.to_json())
+        return
+    if quiet:
+        return
+    if summary.up_to_date:
+        click.echo(
+            f"{summary.dest}: already complete ({summary.shards} shards, "
+            f"{summary.samples} samples); nothing to do"
+        )
+        return
+    classes = f" in {summary.classes} classes" if summary.classes else ""
+    version = summary.extra.get("version")
+    click.echo(
+        f"{verb} {summary.samples} {noun}{classes} into {summary.shards} "
+        f"shards ({format_size(summary.total_bytes)}) at {summary.dest}"
+        + (
+            f" as version {version} (now {summary.extra['dataset_shards']} shards, "
+            f"{summary.extra['dataset_samples']} samples)"
+            if version
+            else ""
+        )
+        + f"\n  {summary.seconds:.1f} s, {summary.images_per_s:.0f} {noun}/s, "
+        f"{summary.mb_per_s:.0f} MB/s, {summary.workers} workers; "
+        f"{summary.written_shards} shards written, {summary.reused_shards} reused"
+    )
+    for what in ("renamed", "duplicates"):
+        if summary.extra.get(what):
+            click.echo(f"  {what}: {summary.extra[what]}")
+    per_node = summary.extra.get("shards_per_node")
+    if per_node:
+        click.echo(
+            "  ray shards per node: " + ", ".join(f"{node} {n}" for node, n in per_node.items())
+        )
+    if summary.skipped:
+        click.echo(f"  skipped {len(summary.skipped)} inputs:")
+        for s in summary.skipped[:20]:
+            row = f"row {s['row']}: " if s.get("row") else ""
+            key = f" {s['key']}" if s.get("key") else ""
+            click.echo(f"    {row}{s['path']}{key}: {s['reason']}")
+        if len(summary.skipped) > 20:
+            click.echo(f"    ... and {len(summary.skipped) - 20} more (see index.json 'skipped')")
