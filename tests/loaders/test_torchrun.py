@@ -136,3 +136,24 @@ def test_clip_style_job_with_captions_on_two_ranks(img2dataset_shards, tmp_path:
         for key, ids in delivered:
             assert ids == tok({"caption": written[key]["caption"]})["caption_ids"].tolist()
     assert "mean loss" in proc.stdout
+
+
+def test_train_recipe_example_on_two_ranks(learnable_dataset: Path, tmp_path: Path) -> None:
+    """examples/train_recipe.py: a DeiT-style run (RandAugment + RandomErasing in the loader,
+    repeats=3, a 32 -> 64 px ramp, MixUp/CutMix on the device, exact evaluation), 2 CPU ranks,
+    2 short epochs."""
+    out = tmp_path / "report"
+    args = [str(learnable_dataset), "--epochs", "2", "--max-steps-per-epoch", "3"]
+    args += ["--batch-size", "8", "--workers", "1", "--min-res", "32", "--max-res", "64"]
+    args += ["--device", "cpu", "--out", str(out)]
+    cmd = train_ddp_cmd(2, *args, script="train_recipe.py")
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=240, cwd=REPO, env=torchrun_env()
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    reports = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    for epoch, size in enumerate((32, 64)):
+        assert [r["epochs"][epoch]["steps"] for r in reports] == [3, 3]
+        assert all(r["epochs"][epoch]["sizes"] == [[size, size]] for r in reports)
+        assert all(r["epochs"][epoch]["val_total"] == 120 for r in reports)
+    assert proc.stdout.count("val top-1") == 2
