@@ -117,6 +117,12 @@ def make_loader(
     (RandomResizedCrop + flip) or, with ``train=False``, the eval one (Resize(S/0.875) +
     CenterCrop), at ``image_size`` (an int or (h, w); default 224). With a ``transform`` the
     output size is the pipeline's (an ``image_size`` that disagrees is a ConfigError).
+    ``image_size`` may also be a schedule: ``{epoch: size}`` or a callable ``epoch -> size``
+    (``loaders.linear_ramp``), fixed at ``set_epoch``; ``transform=per_size(factory)`` for
+    pipelines that depend on the size. ``repeats=k``: each epoch's samples are ceil(N/k)
+    distinct ones k times over, each copy with its own draws, the copies on k different ranks
+    when ``world_size >= k``. ``views=[(transform, count), ...]``: batches carry ``views``, a
+    list of uint8 [B,3,h,w] tensors (multi-crop), instead of ``pixel_values``.
     ``scaled_decode=True`` (default): a JPEG region more than twice the output on both sides
     is decoded at 1/2, 1/4 or 1/8 scale in the DCT domain (the largest reduction that keeps it
     at least the output size), then resized as usual: several times less work on large
