@@ -190,7 +190,12 @@ def main() -> None:
     p.add_argument("--set", default="recipes", choices=sorted(SETS))
     p.add_argument("--baseline-path", default=None)
     p.add_argument("--out", default=None, help="write OUT.json and OUT.md")
-    args = p.parse_args()
+    argv = sys.argv[1:]
+    if argv and argv[0] not in ("bench", "run", "-h", "--help"):
+        argv = ["bench", "", *argv]  # DATA first: the benchmark
+    elif argv[:1] == ["bench"]:
+        argv = ["bench", "", *argv[1:]]
+    args = p.parse_args(argv)
     if args.action == "run":
         print(json.dumps(run_one(args.name, args.data, args.workers, args.batch_size)))
         return

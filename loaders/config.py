@@ -1,20 +1,30 @@
-"""The loader's settings: one frozen, validated config; choices are enums."""
+"""The loader's settings: a few frozen values, each rule checked once, where its value is built.
+
+- what an epoch is: :class:`loaders.plan.EpochSpec` (seed, batch size, shuffle and its buffer,
+  ``uneven``, ``drop_last``), the plan's own;
+- where the workers run: :class:`WorkerSettings`;
+- what a batch is made of: :class:`BatchSettings`;
+- where the data is: :class:`loaders.source.ShardAccess`; who this rank is:
+  :class:`loaders.plan.Topology`; what turns images into pixels:
+  :class:`loaders.recipe.book.Recipes`.
+
+``make_loader``'s flat keywords are a thin layer that builds these; its defaults are theirs (a
+test holds the two together).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
-from loaders.plan import Uneven
-from loaders.recipe import as_size
+from loaders.plan import EpochSpec
 from wdstool.base.errors import ConfigError
 
 
 class Output(StrEnum):
     UINT8 = "uint8"
     FLOAT = "float"
-    ENCODED = "encoded"  # compressed bytes + augmentation draws, for loaders.DeviceDecoder
+    ENCODED = "encoded"  # compressed bytes + the recipe's geometry, for loaders.DeviceDecoder
 
 
 class WorkerMode(StrEnum):
@@ -27,57 +37,51 @@ class OnError(StrEnum):
     SKIP = "skip"
 
 
+def _enum(cls: type[StrEnum], name: str, value: object) -> StrEnum:
+    try:
+        return cls(value)
+    except ValueError:
+        choices = ", ".join(repr(e.value) for e in cls)
+        raise ConfigError(f"{name}={value!r} is not one of {choices}") from None
+
+
 @dataclass(frozen=True, kw_only=True)
-class LoaderConfig:
-    batch_size: int = 64
-    # None: 224, or the transform's own; a mapping or callable: a size per epoch
-    image_size: Any = None
-    train: bool = True
-    shuffle: bool = True
-    shuffle_buffer: int = 2000
-    seed: int = 0
+class WorkerSettings:
+    """Where the workers run: ``num_workers`` DataLoader worker processes (or decode threads,
+    ``mode="thread"``), ``prefetch_factor`` batches ahead each, pinned memory (None: where CUDA
+    is), persistent across epochs, the multiprocessing start method (``context``)."""
+
     num_workers: int = 0
-    uneven: Uneven = Uneven.PAD
-    drop_last: bool = False
-    output: Output = Output.UINT8
-    on_error: OnError = OnError.RAISE
-    channels_last: bool = False
-    scaled_decode: bool = True  # large JPEG regions decoded at 1/2, 1/4, 1/8 scale (augment.py)
-    max_replaced: int | float | None = None  # samples a rank may replace per epoch (or a share)
-    worker_mode: WorkerMode = WorkerMode.PROCESS
-    repeats: int = 1  # repeated augmentation: each epoch's samples k times over (loaders.plan)
+    mode: WorkerMode = WorkerMode.PROCESS
+    prefetch_factor: int = 4
+    pin_memory: bool | None = None
+    persistent: bool = True
+    context: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("uneven", "output", "on_error", "worker_mode"):
-            enum = {
-                "uneven": Uneven,
-                "output": Output,
-                "on_error": OnError,
-                "worker_mode": WorkerMode,
-            }[name]
-            value = getattr(self, name)
-            try:
-                object.__setattr__(self, name, enum(value))
-            except ValueError:
-                choices = ", ".join(repr(e.value) for e in enum)
-                raise ConfigError(f"{name}={value!r} is not one of {choices}") from None
-        if self.batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
-        if isinstance(self.image_size, int | tuple | list):
-            size = as_size(self.image_size)
-            if min(size) < 8:
-                raise ConfigError(f"image_size must be >= 8, got {self.image_size}")
-        if self.shuffle_buffer < 0:
-            raise ConfigError(f"shuffle_buffer must be >= 0, got {self.shuffle_buffer}")
-        if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats < 1:
-            raise ConfigError(f"repeats must be an int >= 1, got {self.repeats!r}")
+        object.__setattr__(self, "mode", _enum(WorkerMode, "worker_mode", self.mode))
         if self.num_workers < 0:
             raise ConfigError(f"num_workers must be >= 0, got {self.num_workers}")
-        if self.uneven is Uneven.MASK and self.drop_last:
-            raise ConfigError(
-                "uneven='mask' delivers every sample exactly once; drop_last=True would leave "
-                "some out"
-            )
+        if self.prefetch_factor < 1:
+            raise ConfigError(f"prefetch_factor must be >= 1, got {self.prefetch_factor}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchSettings:
+    """What a batch is made of: ``output`` uint8, normalized float or encoded bytes; the
+    channels-last layout; the DCT-scaled decode of large regions; what a bad sample does
+    (``on_error``) and how many may be replaced per epoch (``max_replaced``: a count, or a
+    share of the rank's epoch)."""
+
+    output: Output = Output.UINT8
+    channels_last: bool = False
+    scaled_decode: bool = True
+    on_error: OnError = OnError.RAISE
+    max_replaced: int | float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "output", _enum(Output, "output", self.output))
+        object.__setattr__(self, "on_error", _enum(OnError, "on_error", self.on_error))
         m = self.max_replaced
         if m is not None and (
             isinstance(m, bool)
@@ -89,3 +93,15 @@ class LoaderConfig:
                 f"max_replaced={m!r}: give a count (an int >= 0) or a share of the rank's epoch "
                 "(a float in [0, 1))"
             )
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoaderConfig:
+    """The settings of one loader (see the module's docstring)."""
+
+    epoch: EpochSpec = field(default_factory=EpochSpec)
+    workers: WorkerSettings = field(default_factory=WorkerSettings)
+    batch: BatchSettings = field(default_factory=BatchSettings)
+
+
+__all__ = ["BatchSettings", "LoaderConfig", "OnError", "Output", "WorkerMode", "WorkerSettings"]

@@ -18,12 +18,13 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from loaders.batch import BatchAssembler, DecodeSpec
-from loaders.config import LoaderConfig, Output
+from loaders.config import LoaderConfig, OnError, Output
 from loaders.plan import (
     MixSource,
     Mixture,
     RankPlan,
     Segment,
+    Topology,
     Uneven,
     num_batches,
     plan_epoch,
@@ -35,7 +36,6 @@ from loaders.recipe import Recipe, Where
 from loaders.recipe.book import Recipes
 from loaders.schema import SampleSchema
 from loaders.source import DatasetIndex, ShardAccess
-from loaders.topology import Topology
 from wdstool.base.errors import ConfigError
 from wdstool.format.images import IMAGE_EXTENSIONS
 
@@ -91,46 +91,61 @@ class ShardStreamDataset(IterableDataset):
         *,
         recipes: Recipes | None = None,
         epoch_size: int | None = None,
+        repeats: int = 1,
         with_source: bool = False,
     ) -> None:
         """``recipes``: what turns each image into the batch's pixels, per epoch and view
-        (default: the built-in train or eval recipe of ``config``)."""
+        (default: the built-in train recipe); ``epoch_size`` and ``repeats``: the mixture's
+        (``loaders.plan.mixture``); ``topology``: this rank and its worker count."""
         self.sources = tuple(sources)
         self.config = config
         self.topology = topology
         if recipes is None:
-            recipes = Recipes(None, train=config.train, image_size=config.image_size)
+            recipes = Recipes(None)
         self.recipes = recipes
         self.with_source = with_source
         self.mixture = Mixture(
             tuple(MixSource(s.index.sizes, s.weight, s.key) for s in self.sources),
             epoch_size,
-            repeats=config.repeats,
+            repeats=repeats,
         )
         # shared with (persistent) workers: [epoch]
         self._shared = mp.get_context().RawArray("q", 1)
         # batch buffer slots per worker, one flag byte each (loaders.pool: FREE, OUT, HELD)
-        self._pool_flags = mp.get_context().RawArray("b", max(1, config.num_workers) * POOL_SLOTS)
+        streams = topology.streams
+        self._pool_flags = mp.get_context().RawArray("b", streams * POOL_SLOTS)
         # batch buffers the main process owns and the workers write (see SharedPool)
         self._shared_pool: SharedPool | None = None
         self._pools: dict[int, BufferPool] = {}
         sizes = recipes.largest()  # sized once, for the largest of a size schedule
-        if config.num_workers > 0 and None not in sizes and config.output != Output.ENCODED:
-            dtype = torch.float32 if config.output == Output.FLOAT else torch.uint8
+        output = config.batch.output
+        if topology.num_workers > 0 and None not in sizes and output != Output.ENCODED:
+            dtype = torch.float32 if output == Output.FLOAT else torch.uint8
             self._shared_pool = SharedPool(
-                config.num_workers * POOL_SLOTS,
-                batch_bytes(config.batch_size, sizes, dtype),  # type: ignore[arg-type]
+                streams * POOL_SLOTS,
+                batch_bytes(config.epoch.batch_size, sizes, dtype),  # type: ignore[arg-type]
                 self._pool_flags,
             )
         # set by StreamingLoader.load_state_dict before workers start
         self.resume: Resume | None = None
         self._resumed_plan: tuple[Resume, RankPlan] | None = None
+        spec = config.epoch
         self._len = num_batches(
             self.mixture.total,
             world_size=topology.world_size,
-            batch_size=config.batch_size,
-            uneven=config.uneven,
-            drop_last=config.drop_last,
+            batch_size=spec.batch_size,
+            uneven=spec.uneven,
+            drop_last=spec.drop_last,
+        )
+
+    def describe(self) -> str:
+        """One line for the log: what an epoch holds, where it runs, and the recipe."""
+        t, shards = self.topology, sum(len(s.index.urls) for s in self.sources)
+        return (
+            f"{self.mixture.total} samples per epoch from {shards} shards of "
+            f"{len(self.sources)} sources, rank {t.rank}/{t.world_size}, {t.num_workers} "
+            f"workers, {self._len} batches of {self.config.epoch.batch_size} per epoch; "
+            f"{self.recipes}"
         )
 
     @property
@@ -187,29 +202,14 @@ class ShardStreamDataset(IterableDataset):
         return self.resume if self.resume is not None and self.resume.epoch == epoch else None
 
     def plan(self, epoch: int | None = None) -> RankPlan:
-        c = self.config
-        epoch = self.epoch if epoch is None else epoch
-        args = dict(
-            seed=c.seed,
-            epoch=epoch,
-            rank=self.topology.rank,
-            world_size=self.topology.world_size,
-            num_workers=c.num_workers,
-            batch_size=c.batch_size,
-            shuffle=c.shuffle,
-            uneven=c.uneven,
-            drop_last=c.drop_last,
-        )
-        resume = self.resumed(epoch)
+        """This rank's plan for ``epoch`` (default: the current one): a fresh epoch's, or the
+        rest of the interrupted one."""
+        spec = self.config.epoch.at(self.epoch if epoch is None else epoch)
+        resume = self.resumed(spec.epoch)
         if resume is None:
-            return plan_epoch(self.mixture, **args)  # type: ignore[arg-type]
+            return plan_epoch(self.mixture, spec, self.topology)
         if self._resumed_plan is None or self._resumed_plan[0] != resume:
-            plan = plan_resumed(
-                resume.mixture,
-                resume.history,
-                shuffle_buffer=c.shuffle_buffer,
-                **args,  # type: ignore[arg-type]
-            )
+            plan = plan_resumed(resume.mixture, resume.history, spec, self.topology)
             self._resumed_plan = (resume, plan)
         return self._resumed_plan[1]
 
@@ -217,10 +217,10 @@ class ShardStreamDataset(IterableDataset):
         """In a DataLoader: this worker's batches (worker i serves plan worker i + rotation)."""
         info = get_worker_info()
         nworkers = info.num_workers if info is not None else 0
-        if nworkers != self.config.num_workers:
+        if nworkers != self.topology.num_workers:
             raise ConfigError(
-                f"dataset planned for {self.config.num_workers} workers but runs in a DataLoader "
-                f"with {nworkers}; build the DataLoader with make_loader()"
+                f"dataset planned for {self.topology.num_workers} workers but runs in a "
+                f"DataLoader with {nworkers}; build the DataLoader with make_loader()"
             )
         if info is None:
             yield from self.stream(0, pooled=False)
@@ -235,18 +235,19 @@ class ShardStreamDataset(IterableDataset):
         decode thread (``worker_mode="thread"``), runs. ``slot``: whose batch buffers to use
         (default: the plan worker's); ``pooled``: buffers in the shared pool (a worker process
         or thread) or plain tensors (no workers)."""
-        c = self.config
+        spec, b = self.config.epoch, self.config.batch
         plan = self.plan()
         resume = self.resumed()
         # the plan's source i is the loader's source ids[i] (another mixture after a resume)
         ids = resume.sources if resume is not None else tuple(range(len(self.sources)))
         sources = [self.sources[i] for i in ids]
         wplan = plan.workers[plan_worker]
+        skip = b.on_error is OnError.SKIP
         samples = worker_stream(
             wplan,
-            shard_reader([s.reader() for s in sources], skip_damaged=c.on_error.value == "skip"),
-            shuffle_buffer=c.shuffle_buffer if c.shuffle else 0,
-            batch_size=c.batch_size,
+            shard_reader([s.reader() for s in sources], skip_damaged=skip),
+            shuffle_buffer=spec.buffer,
+            batch_size=spec.batch_size,
         )
         in_worker = get_worker_info() is not None
         pool = self._worker_pool(plan_worker if slot is None else slot) if pooled else None
@@ -256,17 +257,17 @@ class ShardStreamDataset(IterableDataset):
             DecodeSpec(
                 recipes=self.recipes.at(self.epoch),
                 views=self.recipes.views is not None,
-                output=c.output.value,
+                output=b.output.value,
                 where=Where.WORKER if in_worker else Where.THREAD if pooled else Where.MAIN,
-                on_error=c.on_error.value,
-                channels_last=c.channels_last,
-                scaled_decode=c.scaled_decode,
+                on_error=b.on_error.value,
+                channels_last=b.channels_last,
+                scaled_decode=b.scaled_decode,
                 schemas=tuple(s.schema for s in sources),
                 source_ids=ids if self.with_source else None,
-                with_valid=c.uneven is Uneven.MASK,
+                with_valid=spec.uneven is Uneven.MASK,
             ),
-            f"aug:{c.seed}:{self.epoch}",
+            f"aug:{spec.seed}:{self.epoch}",
             shared=pooled and in_worker,
             pool=pool,
         )
-        yield from assembler.batches(samples, wplan, c.batch_size)
+        yield from assembler.batches(samples, wplan, spec.batch_size)

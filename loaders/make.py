@@ -5,43 +5,28 @@ threads) behind a :class:`loaders.loader.StreamingLoader`.
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
-import signal
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader
 
-from loaders.config import LoaderConfig, WorkerMode
+from loaders.config import BatchSettings, LoaderConfig, WorkerSettings
 from loaders.dataset import ShardStreamDataset
 from loaders.loader import StreamingLoader
 from loaders.mixing import SourceArg, loader_sources
+from loaders.plan import EpochSpec
 from loaders.recipe.book import PerSize, Recipes, ViewsArg
-from loaders.recipe.fuse import op_name
 from loaders.recipe.schedule import SizeArg
 from loaders.schema import FieldsFn
 from loaders.source import ShardAccess
-from loaders.threads import ThreadedBatches
 from loaders.topology import cores_per_rank, detect_topology
 from wdstool.base.errors import ConfigError
 from wdstool.base.retry import DEFAULT_RETRY, RetryPolicy
 
 log = logging.getLogger("loaders.loader")
-
-
-def _worker_init(_worker_id: int) -> None:
-    """Ctrl-C reaches the whole process group. torch's worker loop swallows KeyboardInterrupt and
-    exits cleanly, which can leave the main process waiting for a batch forever; so workers
-    ignore SIGINT and the main process, which gets the KeyboardInterrupt, shuts them down.
-
-    Everything a worker inherits (torch's module graph: ~10^5 objects) moves to the garbage
-    collector's permanent generation: its older-generation passes walked all of it, ~2% of a
-    worker's time here, for objects that live as long as the process anyway."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    gc.freeze()
 
 
 def default_num_workers() -> int:
@@ -145,99 +130,56 @@ def make_loader(
     every shard read (``cache_limit``: bytes or "50GB", least recently used evicted), shared
     safely by all workers and ranks on the host.
     """
-    workers = default_num_workers() if num_workers is None else num_workers
-    config = LoaderConfig(
+    workers = WorkerSettings(
+        num_workers=default_num_workers() if num_workers is None else num_workers,
+        mode=worker_mode,
+        prefetch_factor=prefetch_factor,
+        pin_memory=pin_memory,
+        persistent=persistent_workers,
+        context=multiprocessing_context,
+    )
+    epoch = EpochSpec(
+        seed=seed,
         batch_size=batch_size,
-        image_size=image_size,
-        train=train,
         shuffle=shuffle,
         shuffle_buffer=shuffle_buffer,
-        seed=seed,
-        num_workers=workers,
         uneven=uneven,
         drop_last=drop_last,
+    )
+    batch = BatchSettings(
         output=output,
-        on_error=on_error,
         channels_last=channels_last,
         scaled_decode=scaled_decode,
+        on_error=on_error,
         max_replaced=max_replaced,
-        worker_mode=worker_mode,
-        repeats=repeats,
     )
-    if prefetch_factor < 1:
-        raise ConfigError(f"prefetch_factor must be >= 1, got {prefetch_factor}")
     recipes = Recipes(transform, train=train, image_size=image_size, output=output, views=views)
-    recipe = recipes.base
-    if output == "encoded" and views is not None:
-        raise ConfigError("output='encoded' takes one recipe; views need output='uint8'")
-    if output == "encoded" and (recipe.tail or not recipe.fused):
-        what = ", ".join(op_name(op) for op in recipe.tail)
-        raise ConfigError(
-            f"output='encoded' decodes on the device and takes a geometric pipeline only; "
-            f"{what} would need decoded pixels in the workers: apply it after "
-            "loaders.DeviceDecoder, or use output='uint8'"
-        )
     access = ShardAccess(
         storage_options=storage_options,
         cache_dir=None if cache_dir is None else os.fspath(cache_dir),
         cache_limit=cache_limit,
         retry=retry or DEFAULT_RETRY,
     )
-    topology = detect_topology(rank, world_size)
+    topology = replace(detect_topology(rank, world_size), num_workers=workers.num_workers)
     sources, with_source = loader_sources(
-        source,
-        label=label,
-        fields=fields,
-        fields_fn=fields_fn,
-        storage_options=storage_options,
-        access=access,
+        source, label=label, fields=fields, fields_fn=fields_fn, access=access
     )
     dataset = ShardStreamDataset(
         sources,
-        config,
+        LoaderConfig(epoch=epoch, workers=workers, batch=batch),
         topology,
         recipes=recipes,
         epoch_size=epoch_size,
+        repeats=repeats,
         with_source=with_source,
     )
-    total = dataset.mixture.total
     if len(dataset) == 0:
         raise ConfigError(
-            f"{source}: {total} samples over {topology.world_size} ranks give no "
+            f"{source}: {dataset.mixture.total} samples over {topology.world_size} ranks give no "
             f"batch of {batch_size} with drop_last=True; lower batch_size or set drop_last=False"
         )
-    if pin_memory is None:
-        pin_memory = torch.cuda.is_available()
-    kwargs: dict[str, Any] = {}
-    if workers > 0:
-        kwargs.update(
-            worker_init_fn=_worker_init,
-            prefetch_factor=prefetch_factor,
-            persistent_workers=persistent_workers,
-            multiprocessing_context=multiprocessing_context,
-        )
-    kwargs.update(batch_size=None, num_workers=workers, pin_memory=pin_memory)
-    log.info(
-        "loader: %d samples per epoch from %d shards of %d sources, rank %d/%d, %d workers, "
-        "%d batches of %d per epoch; %s",
-        total,
-        sum(len(s.index.urls) for s in sources),
-        len(sources),
-        topology.rank,
-        topology.world_size,
-        workers,
-        len(dataset),
-        batch_size,
-        recipes,
-    )
-    if config.worker_mode is WorkerMode.THREAD and workers > 0:
-        loader = StreamingLoader(
-            dataset, ThreadedBatches(dataset, prefetch_factor), None, detected=rank is None
-        )
-        loader.pin_memory = pin_memory
-        return loader
-    dataloader = DataLoader(dataset, **kwargs)
-    return StreamingLoader(dataset, dataloader, kwargs, detected=rank is None)
+    log.info("loader: %s", dataset.describe())
+    return StreamingLoader.start(dataset, detected=rank is None)
 
 
 __all__ = ["default_num_workers", "make_loader"]

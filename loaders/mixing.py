@@ -26,11 +26,12 @@ def loader_sources(
     label: str | None,
     fields: Mapping[str, str] | None,
     fields_fn: FieldsFn | None,
-    storage_options: dict[str, Any] | None,
     access: ShardAccess,
 ) -> tuple[list[LoaderSource], bool]:
     """The resolved sources, and whether batches say which source each sample came from (they
-    do when ``source`` is a list or a :class:`Source`)."""
+    do when ``source`` is a list or a :class:`Source`); a source's own ``storage_options``
+    replace ``access``'s."""
+    storage_options = access.storage_options
     if isinstance(source, str | os.PathLike):
         schema = SampleSchema.build(label, fields, fields_fn)
         url = os.fspath(source)

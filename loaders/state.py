@@ -30,13 +30,14 @@ READABLE_VERSIONS = (1, 2)
 
 
 def _segment(ds: ShardStreamDataset, batches: int) -> Segment:
-    return Segment(ds.topology.world_size, ds.config.num_workers, ds.config.batch_size, batches)
+    topo = ds.topology
+    return Segment(topo.world_size, topo.num_workers, ds.config.epoch.batch_size, batches)
 
 
 def save_state(ds: ShardStreamDataset, batches_delivered: int) -> dict[str, Any]:
     """The state of ``ds`` after ``batches_delivered`` batches of the current pass: a small
     JSON-serialisable dict."""
-    c = ds.config
+    c = ds.config.epoch
     resume = ds.resumed()
     if resume is None:
         history: list[Segment] = [_segment(ds, batches_delivered)]
@@ -118,7 +119,7 @@ def restore_state(ds: ShardStreamDataset, state: dict[str, Any]) -> None:
             f"loader state version {state.get('version')!r} is not supported "
             f"(this wdstool reads versions {', '.join(map(str, READABLE_VERSIONS))})"
         )
-    c = ds.config
+    c = ds.config.epoch
     for key, mine in (
         ("seed", c.seed),
         ("shuffle", c.shuffle),

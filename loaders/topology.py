@@ -1,23 +1,12 @@
-"""Who am I in the job: rank and world size, detected once and validated loudly."""
+"""Who am I in the job: rank and world size, detected once and validated loudly (the value is
+the plan's :class:`loaders.plan.Topology`, which also holds the rank's worker count)."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
+from loaders.plan import Topology
 from wdstool.base.errors import ConfigError
-
-
-@dataclass(frozen=True)
-class Topology:
-    rank: int
-    world_size: int
-
-    def __post_init__(self) -> None:
-        if self.world_size < 1:
-            raise ConfigError(f"world_size must be >= 1, got {self.world_size}")
-        if not 0 <= self.rank < self.world_size:
-            raise ConfigError(f"rank {self.rank} is outside 0..{self.world_size - 1}")
 
 
 def _env_int(name: str) -> int | None:
@@ -64,7 +53,7 @@ def check_topology(topology: Topology) -> None:
     if not (dist.is_available() and dist.is_initialized()):
         return
     now = Topology(dist.get_rank(), dist.get_world_size())
-    if now != topology:
+    if (now.rank, now.world_size) != (topology.rank, topology.world_size):
         raise ConfigError(
             f"this loader was made for rank {topology.rank} of {topology.world_size}, but "
             f"torch.distributed runs rank {now.rank} of {now.world_size}: make_loader ran before "

@@ -1,6 +1,6 @@
 """The epoch plan: which samples each rank and DataLoader worker reads, and in what order.
 
-A pure function of (shard sizes, seed, epoch, world size, rank, workers, batch size, options):
+A pure function of (the mixture, an :class:`EpochSpec`, a :class:`Topology`):
 no I/O, no environment, no torch.distributed, no global RNG (an import contract keeps torch and
 storage out of this package). Everything that must hold (disjoint cover, equal batch counts on
 every rank, determinism, resume = continuation) is a property of these modules:
@@ -11,7 +11,7 @@ every rank, determinism, resume = continuation) is a property of these modules:
 from loaders.plan.epoch import (
     EpochItems,
     RankPlan,
-    Uneven,
+    RankShare,
     WorkerPlan,
     k_of,
     num_batches,
@@ -22,20 +22,25 @@ from loaders.plan.items import Item, Mix, Piece, Slice, take_items
 from loaders.plan.mixture import MixSource, Mixture, apportion
 from loaders.plan.resume import Segment, plan_resumed, remaining_items
 from loaders.plan.shuffle import block_permutation, block_seed, first_block, shuffle_blocks
+from loaders.plan.spec import EpochSpec, Topology, Uneven, as_uneven
 
 __all__ = [
     "EpochItems",
+    "EpochSpec",
     "Item",
     "Mix",
     "MixSource",
     "Mixture",
     "Piece",
     "RankPlan",
+    "RankShare",
     "Segment",
     "Slice",
+    "Topology",
     "Uneven",
     "WorkerPlan",
     "apportion",
+    "as_uneven",
     "block_permutation",
     "block_seed",
     "first_block",

@@ -14,28 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from loaders.plan.items import Item, Mix, Slice, as_pad, merge_slices, take_items
 from loaders.plan.mixture import MixSource, Mixture, SourceEpoch
 from loaders.plan.shuffle import worker_seed
+from loaders.plan.spec import EpochSpec, Topology, Uneven, as_uneven
 from wdstool.base.errors import ConfigError
-
-
-class Uneven(StrEnum):
-    PAD = "pad"  # every rank ceil(N/W) samples: at most one repeated
-    DROP = "drop"  # every rank floor(N/W): at most W-1 samples left out
-    MASK = "mask"  # ceil(N/W) slots, every sample exactly once, padding flagged invalid
-
-
-def as_uneven(value: Uneven | str) -> Uneven:
-    try:
-        return Uneven(value)
-    except ValueError:
-        raise ConfigError(f"uneven={value!r} is not one of 'pad', 'drop', 'mask'") from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,43 +133,28 @@ def as_mixture(data: PlanData) -> Mixture:
     return Mixture((MixSource(tuple(sizes.tolist())),))
 
 
-def check_topology(
-    n: int,
-    *,
-    seed: int,
-    epoch: int,
-    rank: int,
-    world_size: int,
-    num_workers: int,
-    batch_size: int,
-    uneven: Uneven,
-    drop_last: bool,
-) -> None:
-    if world_size < 1:
-        raise ConfigError(f"world_size must be >= 1, got {world_size}")
-    if not 0 <= rank < world_size:
-        raise ConfigError(f"rank {rank} is outside 0..{world_size - 1}")
-    if num_workers < 0:
-        raise ConfigError(f"num_workers must be >= 0, got {num_workers}")
-    if batch_size < 1:
-        raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
-    if epoch < 0 or seed < 0:
-        raise ConfigError(f"seed and epoch must be >= 0, got seed={seed}, epoch={epoch}")
-    if uneven is Uneven.DROP and n < world_size:
+def check_data(n: int, spec: EpochSpec, topo: Topology) -> None:
+    """The one rule that needs the data: under uneven="drop" every rank gets something."""
+    if spec.uneven is Uneven.DROP and n < topo.world_size:
         raise ConfigError(
-            f"{n} samples are fewer than {world_size} ranks: with uneven='drop' every rank would "
-            "get nothing; use uneven='pad'"
+            f"{n} samples are fewer than {topo.world_size} ranks: with uneven='drop' every rank "
+            "would get nothing; use uneven='pad'"
         )
-    if uneven is Uneven.MASK and drop_last:
-        raise ConfigError(
-            "uneven='mask' delivers every sample exactly once; drop_last=True would leave some out"
-        )
+
+
+class RankShare(NamedTuple):
+    """A rank's items for an epoch, its sample count (padding included) and its real samples."""
+
+    items: list[Item]
+    total: int
+    real: int
 
 
 class EpochItems:
     """Every source's items for one epoch (computed once, shared by the plans of all ranks)."""
 
-    def __init__(self, mix: Mixture, *, seed: int, epoch: int, shuffle: bool) -> None:
+    def __init__(self, mix: Mixture, spec: EpochSpec) -> None:
+        seed, epoch, shuffle = spec.seed, spec.epoch, spec.shuffle
         self.shares = mix.shares()
         cursors = mix.cursors_at(epoch)
         self.total = sum(self.shares)
@@ -204,8 +176,9 @@ class EpochItems:
             )
         ]
 
-    def rank_items(self, rank: int, world_size: int, uneven: Uneven) -> tuple[list[Item], int, int]:
+    def rank_items(self, topo: Topology, uneven: Uneven) -> RankShare:
         """A rank's items, its sample count (padding included) and its real samples."""
+        rank, world_size = topo.rank, topo.world_size
         spans, begins, offset = [], [], 0
         for share in self.shares:
             q, r = divmod(share, world_size)
@@ -232,7 +205,7 @@ class EpochItems:
         for j in range(total - keep):  # padding: at most one sample, a repeat marked as such
             at = (begins[big] + j) % self.shares[big] if real else rank % self.shares[big]
             items.extend(as_pad(s) for s in self.sources[big].take(at, 1))  # type: ignore[union-attr]
-        return items, total, keep
+        return RankShare(items, total, keep)
 
 
 def _extras_before(rank: int, first: int, count: int, world_size: int) -> int:
@@ -245,60 +218,25 @@ def _extras_before(rank: int, first: int, count: int, world_size: int) -> int:
 
 
 def plan_epoch(
-    data: PlanData,
-    *,
-    seed: int,
-    epoch: int,
-    rank: int,
-    world_size: int,
-    num_workers: int,
-    batch_size: int,
-    shuffle: bool = True,
-    uneven: Uneven | str = "pad",
-    drop_last: bool = False,
-    items: EpochItems | None = None,
+    data: PlanData, spec: EpochSpec, topo: Topology, items: EpochItems | None = None
 ) -> RankPlan:
-    """The plan of one rank for one epoch (see the module docstring). ``data`` is a list of
-    shard sizes (one source) or a :class:`Mixture`; ``items`` reuses an epoch's items across
-    the plans of several ranks."""
-    mode = as_uneven(uneven)
+    """The plan of rank ``topo.rank`` for epoch ``spec.epoch`` (see the module docstring).
+    ``data`` is a list of shard sizes (one source) or a :class:`Mixture`; ``items`` reuses an
+    epoch's items across the plans of several ranks."""
     mix = as_mixture(data)
-    check_topology(
-        mix.total,
-        seed=seed,
-        epoch=epoch,
-        rank=rank,
-        world_size=world_size,
-        num_workers=num_workers,
-        batch_size=batch_size,
-        uneven=mode,
-        drop_last=drop_last,
-    )
+    check_data(mix.total, spec, topo)
     if items is None:
-        items = EpochItems(mix, seed=seed, epoch=epoch, shuffle=shuffle)
-    rank_items, total, real = items.rank_items(rank, world_size, mode)
-    return rank_plan(
-        rank_items,
-        total,
-        epoch=epoch,
-        rank=rank,
-        world_size=world_size,
-        num_workers=num_workers,
-        batch_size=batch_size,
-        drop_last=drop_last,
-        seeds=[
-            worker_seed(seed, epoch, rank, w) if shuffle else None for w in range(k_of(num_workers))
-        ],
-        num_real=real,
-    )
+        items = EpochItems(mix, spec)
+    return rank_plan(items.rank_items(topo, spec.uneven), spec, topo)
 
 
 def rank_span(
-    n: int, rank: int, world_size: int, uneven: Uneven, take: Callable[[int, int], list[Any]]
-) -> tuple[list[Any], int, int]:
+    n: int, topo: Topology, uneven: Uneven, take: Callable[[int, int], list[Any]]
+) -> RankShare:
     """A rank's contiguous share of one sequence of ``n`` items (``take(start, length)`` returns
     its items), its sample count and its real samples: padded by at most one repeated item under
     uneven="pad"/"mask", cut to floor(n / world_size) under "drop"."""
+    rank, world_size = topo.rank, topo.world_size
     q, r = divmod(n, world_size)
     real = q + (1 if rank < r else 0)
     begin = rank * q + min(rank, r)
@@ -308,7 +246,7 @@ def rank_span(
     for j in range(total - keep):  # padding: at most one sample
         pad_at = (begin + j) % n if real else rank % n
         items.extend(as_pad(it) for it in take(pad_at, 1))
-    return items, total, keep
+    return RankShare(items, total, keep)
 
 
 def k_of(num_workers: int) -> int:
@@ -316,25 +254,15 @@ def k_of(num_workers: int) -> int:
     return max(1, num_workers)
 
 
-def rank_plan(
-    rank_items: list[Item],
-    total: int,
-    *,
-    epoch: int,
-    rank: int,
-    world_size: int,
-    num_workers: int,
-    batch_size: int,
-    drop_last: bool,
-    seeds: list[int | None],
-    num_real: int = -1,
-) -> RankPlan:
-    """Split a rank's ``total`` items into per-worker contiguous chunks, sized so that batching
-    inside each worker and torch's in-order round robin yield equal, full batches but the last."""
+def rank_plan(share: RankShare, spec: EpochSpec, topo: Topology, generation: int = 0) -> RankPlan:
+    """Split a rank's ``share.total`` items into per-worker contiguous chunks, sized so that
+    batching inside each worker and torch's in-order round robin yield equal, full batches but
+    the last. ``generation``: the segment of a resumed epoch (it seeds the workers' shuffles)."""
+    batch_size, total = spec.batch_size, share.total
     nb, rem = divmod(total, batch_size)
-    partial = rem if rem and not drop_last else 0
+    partial = rem if rem and not spec.drop_last else 0
     batches = nb + (1 if partial else 0)
-    k = k_of(num_workers)
+    k = topo.streams
     last_worker = (batches - 1) % k if batches else -1
     workers, pos = [], 0
     for w in range(k):
@@ -343,8 +271,11 @@ def rank_plan(
         last = batch_size if count else 0
         if w == last_worker and partial:
             samples, last = samples - batch_size + partial, partial
-        chunk = take_items(rank_items, pos, samples)
+        chunk = take_items(share.items, pos, samples)
         plain = all(isinstance(it, Slice) for it in chunk)
+        seed = (
+            worker_seed(spec.seed, spec.epoch, topo.rank, w, generation) if spec.shuffle else None
+        )
         workers.append(
             WorkerPlan(
                 worker=w,
@@ -353,18 +284,18 @@ def rank_plan(
                 num_samples=samples,
                 num_batches=count,
                 last_batch_size=last,
-                shuffle_seed=seeds[w],
+                shuffle_seed=seed,
             )
         )
         pos += samples
     return RankPlan(
-        epoch=epoch,
-        rank=rank,
-        world_size=world_size,
-        num_workers=num_workers,
+        epoch=spec.epoch,
+        rank=topo.rank,
+        world_size=topo.world_size,
+        num_workers=topo.num_workers,
         batch_size=batch_size,
-        num_samples=total if not drop_last else nb * batch_size,
+        num_samples=total if not spec.drop_last else nb * batch_size,
         num_batches=batches,
         workers=tuple(workers),
-        num_real=num_real,
+        num_real=share.real,
     )

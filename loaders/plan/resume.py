@@ -16,16 +16,15 @@ from loaders.plan.epoch import (
     EpochItems,
     PlanData,
     RankPlan,
-    Uneven,
     as_mixture,
-    as_uneven,
-    k_of,
     plan_epoch,
     rank_plan,
     rank_span,
 )
 from loaders.plan.items import Item, Piece, take_items
-from loaders.plan.shuffle import block_seed, first_block, shuffle_blocks, worker_seed
+from loaders.plan.mixture import Mixture
+from loaders.plan.shuffle import block_seed, first_block, shuffle_blocks
+from loaders.plan.spec import EpochSpec, Topology
 from wdstool.base.errors import ConfigError
 
 
@@ -94,20 +93,69 @@ def _left(plan: RankPlan, batches: int) -> int:
     )
 
 
+class _History:
+    """The plans of an interrupted epoch's segments, built on demand, and what each left.
+
+    What segment ``g`` left is the concatenation, rank by rank, of what each of its ranks had not
+    delivered; every rank of a segment left the same number of samples, so the part a rank of
+    the next segment takes lies in two or three old ranks, and only their plans are built:
+    O(segments) rank plans, whatever the world sizes."""
+
+    def __init__(self, mix: Mixture, history: Sequence[Segment], spec: EpochSpec) -> None:
+        self.mix, self.history, self.spec = mix, history, spec
+        self.fresh = EpochItems(mix, spec)
+        self.plans: dict[tuple[int, int], RankPlan] = {}
+        self.lefts: dict[tuple[int, int], list[Item]] = {}
+
+    def spec_of(self, seg: Segment) -> EpochSpec:
+        return replace(self.spec, batch_size=seg.batch_size)
+
+    def over_remaining(self, g: int, topo: Topology, batch_size: int) -> RankPlan:
+        """Rank ``topo.rank`` of ``topo`` over what segment ``g - 1`` left."""
+        n = self.left_total(g - 1)
+        spec = replace(self.spec, batch_size=batch_size)
+
+        def take(start: int, length: int) -> list[Item]:
+            return self.left_range(g - 1, start, length)
+
+        return rank_plan(rank_span(n, topo, spec.uneven, take), spec, topo, generation=g)
+
+    def plan(self, g: int, r: int) -> RankPlan:
+        if (g, r) not in self.plans:
+            seg = self.history[g]
+            topo = Topology(r, seg.world_size, seg.num_workers)
+            if g == 0:
+                plan = plan_epoch(self.mix, self.spec_of(seg), topo, self.fresh)
+            else:
+                plan = self.over_remaining(g, topo, seg.batch_size)
+            self.plans[(g, r)] = _checked(plan, seg)
+        return self.plans[(g, r)]
+
+    def per_rank_left(self, g: int) -> int:
+        return _left(self.plan(g, 0), self.history[g].batches)
+
+    def left_total(self, g: int) -> int:
+        return self.history[g].world_size * self.per_rank_left(g)
+
+    def left_range(self, g: int, start: int, length: int) -> list[Item]:
+        """Items [start, start + length) of what segment ``g`` left (all its ranks, in order)."""
+        each = self.per_rank_left(g)
+        out: list[Item] = []
+        r = start // each if each else 0
+        while length > 0 and each:
+            if (g, r) not in self.lefts:
+                plan, done = self.plan(g, r), self.history[g].batches
+                self.lefts[(g, r)] = remaining_items(plan, done, self.spec.buffer)
+            lo = start - r * each
+            got = take_items(self.lefts[(g, r)], lo, min(length, each - lo))
+            out.extend(got)
+            taken = sum(len(it) for it in got)
+            start, length, r = start + taken, length - taken, r + 1
+        return out
+
+
 def plan_resumed(
-    data: PlanData,
-    history: Sequence[Segment],
-    *,
-    seed: int,
-    epoch: int,
-    rank: int,
-    world_size: int,
-    num_workers: int,
-    batch_size: int,
-    shuffle: bool = True,
-    shuffle_buffer: int = 2000,
-    uneven: Uneven | str = "pad",
-    drop_last: bool = False,
+    data: PlanData, history: Sequence[Segment], spec: EpochSpec, topo: Topology
 ) -> RankPlan:
     """The plan of one rank for the rest of an epoch interrupted after ``history``.
 
@@ -115,95 +163,19 @@ def plan_resumed(
     (``resume_at``) -- exactly what an uninterrupted run would have delivered next. Another
     topology (elastic): every sample the earlier segments had not delivered, split over the new
     ranks and workers as a fresh epoch would be (pad/drop rules apply to what remains), so each
-    is delivered exactly once this epoch.
-
-    What segment ``g`` left is the concatenation, rank by rank, of what each of its ranks had not
-    delivered; every rank of a segment left the same number of samples, so the part a rank of
-    the next segment takes lies in two or three old ranks, and only their plans are built:
-    O(segments) rank plans, whatever the world sizes."""
-    mode = as_uneven(uneven)
-    mix = as_mixture(data)
-    fresh = EpochItems(mix, seed=seed, epoch=epoch, shuffle=shuffle)
-    buffer = shuffle_buffer if shuffle else 0
-    common = dict(seed=seed, epoch=epoch, shuffle=shuffle, uneven=mode, drop_last=drop_last)
-    plans: dict[tuple[int, int], RankPlan] = {}
-    lefts: dict[tuple[int, int], list[Item]] = {}
-
-    def over_remaining(g: int, r: int, seg: Segment) -> RankPlan:
-        """Rank ``r`` of topology ``seg`` over what segment ``g - 1`` left."""
-        n = left_total(g - 1)
-
-        def take(start: int, length: int) -> list[Item]:
-            return left_range(g - 1, start, length)
-
-        rank_items, total, real = rank_span(n, r, seg.world_size, mode, take) if n else ([], 0, 0)
-        return rank_plan(
-            rank_items,
-            total,
-            epoch=epoch,
-            rank=r,
-            world_size=seg.world_size,
-            num_workers=seg.num_workers,
-            batch_size=seg.batch_size,
-            drop_last=drop_last,
-            seeds=[
-                worker_seed(seed, epoch, r, w, g) if shuffle else None
-                for w in range(k_of(seg.num_workers))
-            ],
-            num_real=real,
-        )
-
-    def seg_plan(g: int, r: int) -> RankPlan:
-        if (g, r) not in plans:
-            seg = history[g]
-            if g == 0:
-                plan = plan_epoch(
-                    mix,
-                    items=fresh,
-                    rank=r,
-                    world_size=seg.world_size,
-                    num_workers=seg.num_workers,
-                    batch_size=seg.batch_size,
-                    **common,  # type: ignore[arg-type]
-                )
-            else:
-                plan = over_remaining(g, r, seg)
-            plans[(g, r)] = _checked(plan, seg)
-        return plans[(g, r)]
-
-    def per_rank_left(g: int) -> int:
-        return _left(seg_plan(g, 0), history[g].batches)
-
-    def left_total(g: int) -> int:
-        return history[g].world_size * per_rank_left(g)
-
-    def left_range(g: int, start: int, length: int) -> list[Item]:
-        """Items [start, start + length) of what segment ``g`` left (all its ranks, in order)."""
-        each = per_rank_left(g)
-        out: list[Item] = []
-        r = start // each if each else 0
-        while length > 0 and each:
-            if (g, r) not in lefts:
-                lefts[(g, r)] = remaining_items(seg_plan(g, r), history[g].batches, buffer)
-            lo = start - r * each
-            got = take_items(lefts[(g, r)], lo, min(length, each - lo))
-            out.extend(got)
-            taken = sum(len(it) for it in got)
-            start, length, r = start + taken, length - taken, r + 1
-        return out
-
+    is delivered exactly once this epoch."""
+    past = _History(as_mixture(data), history, spec)
     last = len(history) - 1
     tail = history[last]
     if (tail.world_size, tail.num_workers, tail.batch_size) == (
-        world_size,
-        num_workers,
-        batch_size,
+        topo.world_size,
+        topo.num_workers,
+        spec.batch_size,
     ):
-        plan = seg_plan(last, rank)
+        plan = past.plan(last, topo.rank)
         skips = delivered_per_worker(plan, tail.batches)
         workers = tuple(
             replace(wp, skip=skip) for wp, skip in zip(plan.workers, skips, strict=True)
         )
         return replace(plan, workers=workers, resume_at=tail.batches)
-    here = Segment(world_size, num_workers, batch_size, 0)
-    return over_remaining(len(history), rank, here)
+    return past.over_remaining(len(history), topo, spec.batch_size)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from loaders.recipe.fuse import op_name
 from loaders.recipe.recipe import Recipe, build_recipe
 from loaders.recipe.schedule import Size, as_schedule
 from wdstool.base.errors import ConfigError
@@ -63,6 +64,20 @@ class Recipes:
         first = self.schedule(0) if self.schedule is not None else fixed
         self._cache: dict[Any, Recipe] = {}
         self.base = self._build(first)
+        if output == "encoded":
+            self._check_encoded()
+
+    def _check_encoded(self) -> None:
+        """output="encoded" decodes on the device: one geometric recipe, no pixel ops."""
+        if self.views is not None:
+            raise ConfigError("output='encoded' takes one recipe; views need output='uint8'")
+        if self.base.tail or not self.base.fused:
+            what = ", ".join(op_name(op) for op in self.base.tail)
+            raise ConfigError(
+                f"output='encoded' decodes on the device and takes a geometric pipeline only; "
+                f"{what} would need decoded pixels in the workers: apply it after "
+                "loaders.DeviceDecoder, or use output='uint8'"
+            )
 
     def _views(self, views: ViewsArg, transform: Any, output: str) -> tuple[Recipe, ...]:
         if transform is not None:

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from loaders import make_loader, normalize
-from loaders.plan import plan_epoch
 from tests.loaders.conftest import shard_keys
+from tests.loaders.planning import plan_kw
 from wdstool.base.errors import ConfigError, ShardError
 
 
@@ -29,7 +29,7 @@ def planned_keys(
 ) -> list[list[str]]:
     """The batches of keys the plan promises, in delivery order (pre-shuffle order within workers)."""
     keys = shard_keys(dest)
-    plan = plan_epoch(
+    plan = plan_kw(
         [len(k) for k in keys],
         seed=0,
         epoch=epoch,

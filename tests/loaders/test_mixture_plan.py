@@ -19,11 +19,10 @@ from loaders.plan import (
     Slice,
     apportion,
     num_batches,
-    plan_epoch,
-    plan_resumed,
 )
 from loaders.plan.interleave import sources_in_order
 from loaders.read import Located, worker_stream
+from tests.loaders.planning import plan_kw, resumed_kw
 from wdstool.base.errors import ConfigError
 
 Sample = tuple[int, int, int]  # (source, shard, index in shard)
@@ -97,7 +96,7 @@ def ranks(t: dict, mix: Mixture | None = None) -> list[RankPlan]:
     mix = mix or build(t)
     args = {k: t[k] for k in ("num_workers", "batch_size", "uneven", "shuffle", "seed", "epoch")}
     return [
-        plan_epoch(mix, rank=r, world_size=t["world_size"], **args) for r in range(t["world_size"])
+        plan_kw(mix, rank=r, world_size=t["world_size"], **args) for r in range(t["world_size"])
     ]
 
 
@@ -153,7 +152,7 @@ def test_a_subsampled_source_walks_all_samples_before_any_repeats(sizes, share, 
     mix = Mixture((MixSource(tuple(sizes), 1.0, key=5),), epoch_size=share)
     taken: list[Sample] = []
     for epoch in range(-(-2 * n // share)):  # enough epochs to go round twice
-        p = plan_epoch(mix, seed=seed, epoch=epoch, rank=0, world_size=1, num_workers=0,
+        p = plan_kw(mix, seed=seed, epoch=epoch, rank=0, world_size=1, num_workers=0,
                        batch_size=7, uneven="mask")  # fmt: skip
         epoch_samples = [s for b in delivered(p) for s, _r, pad in b if not pad]
         assert len(epoch_samples) == share and len(set(epoch_samples)) == share
@@ -164,7 +163,7 @@ def test_a_subsampled_source_walks_all_samples_before_any_repeats(sizes, share, 
 
 def test_repeats_get_their_own_augmentation_draw_number() -> None:
     mix = Mixture((MixSource((5, 5)), MixSource((3,))), epoch_size=26)  # shares 13 and 13
-    p = plan_epoch(mix, seed=1, epoch=0, rank=0, world_size=1, num_workers=0, batch_size=4)
+    p = plan_kw(mix, seed=1, epoch=0, rank=0, world_size=1, num_workers=0, batch_size=4)
     reps: dict[Sample, set[int]] = {}
     for b in delivered(p):
         for s, rep, _pad in b:
@@ -178,7 +177,7 @@ def test_repeats_get_their_own_augmentation_draw_number() -> None:
 def test_interleaved_not_source_after_source() -> None:
     mix = Mixture((MixSource((400,) * 10, 0.7), MixSource((300,) * 10, 0.3)))  # 7,000 samples
     for rank in range(3):
-        p = plan_epoch(mix, seed=0, epoch=0, rank=rank, world_size=3, num_workers=2,
+        p = plan_kw(mix, seed=0, epoch=0, rank=rank, world_size=3, num_workers=2,
                        batch_size=64, shuffle=True)  # fmt: skip
         for wp in p.workers:
             ids = [s[0] for s, _r, _p in expand(wp.items)]
@@ -268,7 +267,7 @@ def test_elastic_resume_of_a_mixture_delivers_the_rest_exactly_once(
     rest: Counter[Sample] = Counter()
     counts = set()
     for r in range(new_world):
-        p = plan_resumed(mix, history, rank=r, world_size=new_world, num_workers=new_workers,
+        p = resumed_kw(mix, history, rank=r, world_size=new_world, num_workers=new_workers,
                          shuffle_buffer=buffer, **args)  # fmt: skip
         batches = streamed(p, buffer if t["shuffle"] else 0)
         counts.add(len(batches))

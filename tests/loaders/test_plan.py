@@ -10,7 +10,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from loaders.plan import RankPlan, Slice, num_batches, plan_epoch, samples_per_rank
+from loaders.plan import RankPlan, Slice, num_batches, samples_per_rank
+from tests.loaders.planning import plan_kw
 from wdstool.base.errors import ConfigError
 
 
@@ -51,7 +52,7 @@ topologies = st.fixed_dictionaries(
 
 def all_ranks(t: dict) -> list[RankPlan]:
     args = {k: v for k, v in t.items() if k != "shard_sizes"}
-    return [plan_epoch(t["shard_sizes"], rank=r, **args) for r in range(t["world_size"])]
+    return [plan_kw(t["shard_sizes"], rank=r, **args) for r in range(t["world_size"])]
 
 
 @settings(max_examples=300, deadline=None)
@@ -108,9 +109,7 @@ def test_deterministic(t: dict) -> None:
 )
 def test_each_epoch_a_different_permutation(sizes: list[int], seed: int, epoch: int) -> None:
     def plan(e: int) -> RankPlan:
-        return plan_epoch(
-            sizes, seed=seed, epoch=e, rank=0, world_size=1, num_workers=3, batch_size=7
-        )
+        return plan_kw(sizes, seed=seed, epoch=e, rank=0, world_size=1, num_workers=3, batch_size=7)
 
     pa, pb = plan(epoch), plan(epoch + 1)
     a = [x for bt in delivered(pa) for x in bt]
@@ -123,10 +122,10 @@ def test_each_epoch_a_different_permutation(sizes: list[int], seed: int, epoch: 
 
 def test_tiny_datasets_still_reshuffle_through_buffer_seeds() -> None:
     for epoch in range(20):
-        a = plan_epoch(
+        a = plan_kw(
             [24, 26], seed=1, epoch=epoch, rank=0, world_size=1, num_workers=2, batch_size=7
         )
-        b = plan_epoch(
+        b = plan_kw(
             [24, 26], seed=1, epoch=epoch + 1, rank=0, world_size=1, num_workers=2, batch_size=7
         )
         assert all(
@@ -147,7 +146,7 @@ def test_no_shuffle_is_natural_order(sizes: list[int], w: int, k: int, b: int) -
     natural = [(i, j) for i, m in enumerate(sizes) for j in range(m)]
     got = []
     for r in range(w):
-        p = plan_epoch(
+        p = plan_kw(
             sizes,
             seed=1,
             epoch=3,
@@ -169,7 +168,7 @@ def test_no_shuffle_is_natural_order(sizes: list[int], w: int, k: int, b: int) -
 
 
 def test_fewer_shards_than_workers_splits_at_sample_level() -> None:
-    p = plan_epoch([100], seed=0, epoch=0, rank=1, world_size=2, num_workers=4, batch_size=10)
+    p = plan_kw([100], seed=0, epoch=0, rank=1, world_size=2, num_workers=4, batch_size=10)
     assert [wp.num_samples for wp in p.workers] == [20, 10, 10, 10]
     assert all(wp.slices for wp in p.workers)  # nobody idles, nobody crashes empty
 
@@ -178,7 +177,7 @@ def test_single_shard_ranks_see_different_samples_each_epoch() -> None:
     spans = [
         {
             i
-            for s in plan_epoch(
+            for s in plan_kw(
                 [1000], seed=0, epoch=e, rank=0, world_size=4, num_workers=1, batch_size=50
             )
             .workers[0]
@@ -208,7 +207,7 @@ def test_single_shard_ranks_see_different_samples_each_epoch() -> None:
 def test_invalid_arguments(kwargs: dict) -> None:
     args = {"seed": 0, "epoch": 0, "num_workers": 0, "batch_size": 4, **kwargs}
     with pytest.raises(ConfigError):
-        plan_epoch(args.pop("shard_sizes"), **args)
+        plan_kw(args.pop("shard_sizes"), **args)
 
 
 def test_slice_len() -> None:
@@ -222,7 +221,7 @@ def test_scale_1e8_samples_4096_ranks() -> None:
     tracemalloc.start()
     started = time.perf_counter()
     for rank in (0, 1234, 4095):
-        p = plan_epoch(
+        p = plan_kw(
             sizes, seed=7, epoch=3, rank=rank, world_size=4096, num_workers=8, batch_size=256
         )
         assert p.num_samples == 24_415  # ceil(1e8 / 4096)

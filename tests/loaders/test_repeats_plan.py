@@ -9,7 +9,8 @@ from collections import Counter, defaultdict
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from loaders.plan import MixSource, Mixture, Segment, num_batches, plan_epoch, plan_resumed
+from loaders.plan import MixSource, Mixture, Segment, num_batches
+from tests.loaders.planning import plan_kw, resumed_kw
 from tests.loaders.test_mixture_plan import delivered
 
 setups = st.fixed_dictionaries(
@@ -36,7 +37,7 @@ def _epoch(t: dict, mix: Mixture, epoch: int) -> list[list]:
     args = {k: t[k] for k in ("num_workers", "batch_size", "uneven", "shuffle", "seed")}
     out = []
     for r in range(t["world_size"]):
-        plan = plan_epoch(mix, rank=r, world_size=t["world_size"], epoch=epoch, **args)
+        plan = plan_kw(mix, rank=r, world_size=t["world_size"], epoch=epoch, **args)
         out.append([(s, rep) for b in delivered(plan) for s, rep, pad in b if not pad])
     return out
 
@@ -59,7 +60,7 @@ def test_counts_copies_on_distinct_ranks_and_occurrences(t: dict) -> None:
         assert set(counts.values()) <= {k - 1, k}
     expected = num_batches(n, world_size=w, batch_size=t["batch_size"], uneven=t["uneven"])
     for r in range(w):
-        plan = plan_epoch(
+        plan = plan_kw(
             mix,
             rank=r,
             world_size=w,
@@ -96,7 +97,7 @@ def test_resume_with_repeats_delivers_the_rest_exactly(t: dict, new_world: int, 
     w = t["world_size"]
     args = {k: t[k] for k in ("num_workers", "batch_size", "uneven", "shuffle", "seed")}
     full = Counter(x for rank in _epoch(t, mix, t["epoch"]) for x in rank)
-    first = [plan_epoch(mix, rank=r, world_size=w, epoch=t["epoch"], **args) for r in range(w)]
+    first = [plan_kw(mix, rank=r, world_size=w, epoch=t["epoch"], **args) for r in range(w)]
     done_batches = int(first[0].num_batches * frac)
     got: Counter = Counter()
     for p in first:
@@ -104,7 +105,7 @@ def test_resume_with_repeats_delivers_the_rest_exactly(t: dict, new_world: int, 
             got.update((s, rep) for s, rep, pad in b if not pad)
     history = (Segment(w, t["num_workers"], t["batch_size"], done_batches),)
     for r in range(new_world):
-        plan = plan_resumed(
+        plan = resumed_kw(
             mix,
             history,
             rank=r,

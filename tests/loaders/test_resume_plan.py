@@ -8,8 +8,9 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loaders.plan import RankPlan, Segment, plan_epoch, plan_resumed, samples_per_rank
+from loaders.plan import RankPlan, Segment, samples_per_rank
 from loaders.read import worker_stream
+from tests.loaders.planning import plan_kw, resumed_kw
 
 
 def _ids(run):
@@ -60,7 +61,7 @@ def setups(draw):
 
 
 def _fresh(setup, topo, rank) -> RankPlan:
-    return plan_epoch(
+    return plan_kw(
         setup["sizes"],
         seed=setup["seed"],
         epoch=setup["epoch"],
@@ -73,7 +74,7 @@ def _fresh(setup, topo, rank) -> RankPlan:
 
 
 def _resumed(setup, history, topo, rank) -> RankPlan:
-    return plan_resumed(
+    return resumed_kw(
         setup["sizes"],
         history,
         seed=setup["seed"],
@@ -176,9 +177,9 @@ def test_resume_at_90_percent_rereads_at_most_one_block() -> None:
     """What a same-topology resume re-reads: at most one shuffle block per worker."""
     sizes = [1000] * 20
     topo = {"world_size": 2, "num_workers": 2, "batch_size": 64}
-    full = plan_epoch(sizes, seed=0, epoch=0, rank=0, **topo)
+    full = plan_kw(sizes, seed=0, epoch=0, rank=0, **topo)
     k = int(full.num_batches * 0.9)
-    plan = plan_resumed(
+    plan = resumed_kw(
         sizes,
         [Segment(2, 2, 64, k)],
         seed=0,

@@ -1,0 +1,89 @@
+"""What the plan takes besides the data: what an epoch is (:class:`EpochSpec`) and where it runs
+(:class:`Topology`). Frozen values, each rule checked once, where the value is built."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from wdstool.base.errors import ConfigError
+
+
+class Uneven(StrEnum):
+    PAD = "pad"  # every rank ceil(N/W) samples: at most one repeated
+    DROP = "drop"  # every rank floor(N/W): at most W-1 samples left out
+    MASK = "mask"  # ceil(N/W) slots, every sample exactly once, padding flagged invalid
+
+
+def as_uneven(value: Uneven | str) -> Uneven:
+    try:
+        return Uneven(value)
+    except ValueError:
+        raise ConfigError(f"uneven={value!r} is not one of 'pad', 'drop', 'mask'") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class EpochSpec:
+    """What an epoch is: its seed and number, the batch size, the shuffle (and its buffer of
+    compressed samples per worker), and how ranks even out (``uneven``, ``drop_last``). The
+    sources, their weights, ``epoch_size`` and ``repeats`` are the mixture's."""
+
+    seed: int = 0
+    epoch: int = 0
+    batch_size: int = 64
+    shuffle: bool = True
+    shuffle_buffer: int = 2000
+    uneven: Uneven = Uneven.PAD
+    drop_last: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "uneven", as_uneven(self.uneven))
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.seed < 0 or self.epoch < 0:
+            raise ConfigError(f"seed and epoch must be >= 0, got {self.seed}, {self.epoch}")
+        if self.shuffle_buffer < 0:
+            raise ConfigError(f"shuffle_buffer must be >= 0, got {self.shuffle_buffer}")
+        if self.uneven is Uneven.MASK and self.drop_last:
+            raise ConfigError(
+                "uneven='mask' delivers every sample exactly once; drop_last=True would leave "
+                "some out"
+            )
+
+    def at(self, epoch: int) -> EpochSpec:
+        """The same spec for ``epoch``."""
+        return self if epoch == self.epoch else replace(self, epoch=epoch)
+
+    @property
+    def buffer(self) -> int:
+        """The shuffle buffer in effect (0 without shuffle)."""
+        return self.shuffle_buffer if self.shuffle else 0
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Where the epoch runs: this rank of ``world_size``, with ``num_workers`` DataLoader
+    workers (0: the rank's one stream runs in its own process)."""
+
+    rank: int = 0
+    world_size: int = 1
+    num_workers: int = 0
+
+    def __post_init__(self) -> None:
+        if self.world_size < 1:
+            raise ConfigError(f"world_size must be >= 1, got {self.world_size}")
+        if not 0 <= self.rank < self.world_size:
+            raise ConfigError(f"rank {self.rank} is outside 0..{self.world_size - 1}")
+        if self.num_workers < 0:
+            raise ConfigError(f"num_workers must be >= 0, got {self.num_workers}")
+
+    @property
+    def streams(self) -> int:
+        """Streams per rank: one per DataLoader worker, one in-process stream for 0 workers."""
+        return max(1, self.num_workers)
+
+    def at(self, rank: int) -> Topology:
+        return self if rank == self.rank else replace(self, rank=rank)
+
+
+__all__ = ["EpochSpec", "Topology", "Uneven", "as_uneven"]
