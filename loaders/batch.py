@@ -12,7 +12,7 @@ import itertools
 import logging
 import random
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import torch
@@ -59,6 +59,28 @@ class DecodeSpec:
     @property
     def recipe(self) -> Recipe:
         return self.recipes[0]
+
+
+@dataclass
+class Delivery:
+    """What a worker hands the loader for one batch: the batch as the user sees it (only its
+    documented keys; tensors of a pool slot travel as coordinates) and the bookkeeping: the
+    pool ``slot`` it lies in (-1: none), samples ``replaced`` and the shards they came from,
+    the compressed bytes read."""
+
+    batch: dict[str, Any]
+    slot: int = -1
+    replaced: int = 0
+    replaced_from: dict[str, int] = field(default_factory=dict)
+    nbytes: int = 0
+
+    def pin_memory(self, device: Any = None) -> Delivery:
+        """What torch's pin-memory thread calls: the batch's tensors copied to pinned memory
+        (a pooled tensor's slot is then free to reuse)."""
+        from torch.utils.data._utils.pin_memory import pin_memory
+
+        self.batch = pin_memory(self.batch, device)
+        return self
 
 
 def _image_part(loc: Located) -> tuple[bytes, str]:
@@ -223,8 +245,8 @@ class BatchAssembler:
 
     def batches(
         self, samples: Iterable[Located], plan: WorkerPlan, batch_size: int
-    ) -> Iterator[dict[str, Any]]:
-        """Yield ``plan.num_batches`` batch dicts (fewer after a resume: those after
+    ) -> Iterator[Delivery]:
+        """Yield ``plan.num_batches`` batches (fewer after a resume: those after
         ``plan.skip`` samples); the last has ``plan.last_batch_size`` items."""
         sizes = [batch_size] * plan.num_batches
         if sizes:
@@ -247,13 +269,13 @@ class BatchAssembler:
             else:
                 out_batch = {"pixel_values": out.send(pixels[0])}
             meta.into(out_batch, labels)
-            out_batch.update(
-                num_replaced=self.replaced - before,
-                num_bytes=self.bytes_read - bytes_before,
-                buffer_slot=out.slot,
-                pooled=out.slot >= 0,
-            )
-            yield out_batch
+            yield self._delivery(out_batch, out.slot, before, bytes_before)
+
+    def _delivery(self, batch: dict[str, Any], slot: int, before: int, nbytes: int) -> Delivery:
+        """``batch`` with what this worker counted since ``before`` replaced samples and
+        ``nbytes`` bytes read."""
+        replaced, where = self.replaced - before, dict(self.replaced_from)
+        return Delivery(batch, slot, replaced, where, self.bytes_read - nbytes)
 
     def _assemble(
         self, it: Iterator[Decoded], plan: WorkerPlan, n: int, out: _Slot
@@ -312,7 +334,7 @@ class BatchAssembler:
 
     def _encoded_batches(
         self, it: Iterator[Decoded], sizes: list[int], plan: WorkerPlan
-    ) -> Iterator[dict[str, Any]]:
+    ) -> Iterator[Delivery]:
         for n in sizes:
             before, bytes_before = self.replaced, self.bytes_read
             datas: list[bytes] = []
@@ -336,12 +358,7 @@ class BatchAssembler:
                 "geometry": torch.tensor(rows, dtype=torch.int64).reshape(n, -1),
             }
             meta.into(out, meta.labels)
-            out.update(
-                num_replaced=self.replaced - before,
-                num_bytes=self.bytes_read - bytes_before,
-                buffer_slot=-1,
-            )
-            yield out
+            yield self._delivery(out, -1, before, bytes_before)
 
 
 class _Slot:
@@ -421,5 +438,3 @@ class _BatchMeta:
                     and value.nbytes <= PACK_LIMIT
                 ):
                     batch[name] = Packed(value)
-        if self.assembler.replaced_from:
-            batch["replaced_from"] = dict(self.assembler.replaced_from)

@@ -12,12 +12,11 @@ import hashlib
 import multiprocessing as mp
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from loaders.batch import BatchAssembler, DecodeSpec
+from loaders.batch import BatchAssembler, DecodeSpec, Delivery
 from loaders.config import LoaderConfig, OnError, Output
 from loaders.plan import (
     MixSource,
@@ -213,7 +212,7 @@ class ShardStreamDataset(IterableDataset):
             self._resumed_plan = (resume, plan)
         return self._resumed_plan[1]
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def __iter__(self) -> Iterator[Delivery]:
         """In a DataLoader: this worker's batches (worker i serves plan worker i + rotation)."""
         info = get_worker_info()
         nworkers = info.num_workers if info is not None else 0
@@ -230,7 +229,7 @@ class ShardStreamDataset(IterableDataset):
 
     def stream(
         self, plan_worker: int, *, slot: int | None = None, pooled: bool = True
-    ) -> Iterator[dict[str, Any]]:
+    ) -> Iterator[Delivery]:
         """The batches of one plan worker this epoch: what a DataLoader worker process, or a
         decode thread (``worker_mode="thread"``), runs. ``slot``: whose batch buffers to use
         (default: the plan worker's); ``pooled``: buffers in the shared pool (a worker process

@@ -18,9 +18,10 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from loaders.batch import Delivery
 from loaders.config import LoaderConfig, WorkerMode
 from loaders.dataset import ShardStreamDataset
-from loaders.pool import HELD, Packed, Pooled
+from loaders.pool import Packed, Pooled
 from loaders.recipe import Recipe
 from loaders.state import restore_state, save_state
 from loaders.threads import ThreadedBatches
@@ -148,6 +149,8 @@ class StreamingLoader:
         return self.dataset.recipe
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        """This rank's batches of the current epoch (the rest of it after a resume): each one
+        unwrapped from the worker's delivery, counted, pinned, yielded."""
         if self._detected:
             check_topology(self.topology)
         self._started = True
@@ -155,28 +158,9 @@ class StreamingLoader:
         self.replaced_from = {}
         self._recycle(-1, [])  # batches of the last pass dropped since
         expected = self.dataset.remaining_batches()
-        budget = self._budget()
-        pin = self.pin_memory or bool(getattr(self.dataloader, "pin_memory", False))
-        for batch in self.dataloader:
-            replaced = int(batch.pop("num_replaced", 0))
-            self.num_replaced += replaced
-            for url, n in batch.pop("replaced_from", {}).items():
-                self.replaced_from[url] = self.replaced_from.get(url, 0) + n
-            if replaced and budget is not None and sum(self.replaced_from.values()) > budget:
-                raise ShardError(
-                    f"rank {self.topology.rank}: {sum(self.replaced_from.values())} samples "
-                    f"replaced in epoch {self.epoch}, over max_replaced={self.config.batch.max_replaced} "
-                    f"({budget} samples): {_where(self.replaced_from)}"
-                )
-            self.bytes_read += int(batch.pop("num_bytes", 0))
-            slot = int(batch.pop("buffer_slot", -1))
-            if batch.pop("pooled", False):
-                slot = self._unpool(batch, slot)
-            for name, value in batch.items():
-                if isinstance(value, Packed):
-                    t = value.tensor()
-                    batch[name] = t.pin_memory() if pin else t
-            self._recycle(slot, batch.get("views") or [batch.get("pixel_values")])
+        for delivery in self.dataloader:
+            batch = self._unwrap(delivery)
+            self._count(delivery)
             self.batches_delivered += 1
             yield batch
         if self.batches_delivered != expected:
@@ -192,27 +176,48 @@ class StreamingLoader:
                 _where(self.replaced_from),
             )
 
-    def _unpool(self, batch: dict[str, Any], slot: int) -> int:
-        """Resolve a pooled batch's tensors; returns the slot still in use (-1: none)."""
-        pool = self.dataset._shared_pool
-        assert pool is not None
-        labels = batch.get("labels")
-        if isinstance(labels, Pooled):
-            batch["labels"] = labels.resolve().clone()
+    def _count(self, d: Delivery) -> None:
+        """Add a delivery's bookkeeping: replaced samples (against ``max_replaced``), bytes."""
+        self.num_replaced += d.replaced
+        self.bytes_read += d.nbytes
+        for url, n in d.replaced_from.items():
+            self.replaced_from[url] = self.replaced_from.get(url, 0) + n
+        budget = self._budget() if d.replaced else None
+        if budget is not None and sum(self.replaced_from.values()) > budget:
+            raise ShardError(
+                f"rank {self.topology.rank}: {sum(self.replaced_from.values())} samples replaced "
+                f"in epoch {self.epoch}, over max_replaced={self.config.batch.max_replaced} "
+                f"({budget} samples): {_where(self.replaced_from)}"
+            )
+
+    def _unwrap(self, d: Delivery) -> dict[str, Any]:
+        """The batch of a delivery as the user gets it: pooled pixels resolved (a view of the
+        pool slot, held until no reference to it is left; or, pinned, a copy and the slot
+        freed), pooled labels copied, small tensors back from numpy (pinned where asked)."""
+        batch, slot, pool = d.batch, d.slot, self.dataset._shared_pool
+        pin = self.pin_memory or bool(getattr(self.dataloader, "pin_memory", False))
         key = "views" if "views" in batch else "pixel_values"
-        pixels = batch[key] if key == "views" else [batch[key]]
-        pooled = any(isinstance(p, Pooled) for p in pixels)
-        if pooled and self.pin_memory:  # pinned copies: slot free
-            pixels = [p.pin_memory() for p in pixels]
-        elif pooled:  # views of the pool: recycled once unreferenced
+        for name, value in batch.items():
+            if isinstance(value, Packed):
+                batch[name] = value.tensor().pin_memory() if pin else value.tensor()
+            elif isinstance(value, Pooled):  # the labels (pixels are resolved below)
+                batch[name] = value.resolve().clone() if name != key else value
+        pixels = batch[key] if key == "views" else [batch.get(key)]
+        pooled = slot >= 0 and isinstance(pixels[0], Pooled)
+        if pooled and not self.pin_memory:  # views of the slot: held until unreferenced
             pixels = [p.resolve() for p in pixels]
-        batch[key] = pixels if key == "views" else pixels[0]
-        if pooled and not self.pin_memory:
-            pool.flags[slot] = HELD
-            return slot
-        pool.release(slot)  # copied out (here, or by the pin-memory thread)
-        self.buffers_returned += 1
-        return -1
+            batch[key] = pixels if key == "views" else pixels[0]
+            pool.hold(slot)  # type: ignore[union-attr]
+            self._recycle(slot, pixels)
+            return batch
+        if pooled:  # decode threads with pin_memory: pinned copies
+            pixels = [p.pin_memory() for p in pixels]
+            batch[key] = pixels if key == "views" else pixels[0]
+        if slot >= 0:  # copied out, here or by the pin-memory thread: the slot is free
+            pool.release(slot)  # type: ignore[union-attr]
+            self.buffers_returned += 1
+        self._recycle(-1, [])
+        return batch
 
     def _budget(self) -> int | None:
         """How many samples this rank may replace this epoch (``max_replaced``), or None."""

@@ -114,8 +114,14 @@ class SharedPool:
         coords = Pooled(self.key, slot, offset, str(dtype).removeprefix("torch."), shape, stride)
         return coords.resolve(), coords, offset + nbytes
 
+    def hold(self, slot: int) -> None:
+        """The batch in ``slot`` was delivered: the user holds it (a worker starting a pass
+        leaves it alone)."""
+        self.flags[slot] = HELD
+
     def release(self, slot: int) -> None:
-        """The main process is done with the batch in ``slot``: a worker may write it again."""
+        """The main process is done with the batch in ``slot``: a worker may write it again
+        (the one way a slot comes back, besides a new pass reclaiming undelivered ones)."""
         self.flags[slot] = FREE
 
 

@@ -29,14 +29,10 @@ RESERVED = frozenset(
         "keys",
         "source",
         "valid",
+        "views",
         "encoded",
         "offsets",
-        "crops",
-        "flips",
-        "num_replaced",
-        "num_bytes",
-        "buffer_slot",
-        "pooled",
+        "geometry",
     }
 )
 

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from loaders.batch import Delivery
 from loaders.dataset import ShardStreamDataset
 
 _END = object()
@@ -34,7 +35,7 @@ class ThreadedBatches:
         self.dataset = dataset
         self.prefetch_factor = prefetch_factor
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def __iter__(self) -> Iterator[Delivery]:
         plan = self.dataset.plan()
         order = plan.loader_order()
         workers = sorted({w for w, _b in order})
