@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 DEMO_DIR ?= build/demo
 DEMO_IMAGES ?= 2000
 
-.PHONY: venv demo test lint format bench bench-fields bench-large bench-peers bench-peers-recipe bench-reshard faults clean
+.PHONY: venv demo test docs lint format bench bench-fields bench-large bench-peers bench-peers-recipe bench-reshard faults clean
 BENCH_DATA ?= bench/data
 BENCH_IMAGES ?= 10000
 BENCH_WORKERS ?= 1,2
@@ -23,7 +23,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml setup.py wdstool/format/_jpegcrop.c wdstool/format/_mapread.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet $(TORCH_PINS) -e '.[dev,ray,parquet,lightning,accelerate,torchtnt,show]'
+	$(PY) -m pip install --quiet $(TORCH_PINS) -e '.[dev,ray,parquet,lightning,accelerate,torchtnt,show,docs]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -35,6 +35,12 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# The documentation site (mkdocs.yml, docs/) into build/site/: --strict makes any warning fatal,
+# so a broken link or anchor, a page missing from the nav or an API reference that does not
+# resolve fails (CI runs it). NO_MKDOCS_2_WARNING: Material's banner about MkDocs 2.0.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir build/site
 
 # 10,000 sample images, generated and packed once (bench/data/ is git-ignored), then one full
 # epoch per run: the loader against ImageFolder+PIL and upstream webdataset, interleaved and
