@@ -120,7 +120,8 @@ def make_loader(
     the same batches, keys and pixels, one Python heap and one copy of torch instead of one per
     worker. ``epoch_size``, a list of :class:`loaders.Source` (a weighted mixture),
     ``uneven="mask"`` (exact evaluation: ``batch["valid"]``) and ``max_replaced`` (the budget
-    of samples ``on_error="skip"`` may replace per epoch) are described in the README.
+    of samples ``on_error="skip"`` may replace per epoch) are described in the guides
+    (docs/guides/mixtures.md, reliability.md).
 
     Remote sources (``s3://bucket/prefix``, any fsspec URL): ``storage_options`` as for s3fs
     (``endpoint_url``, ``key``/``secret``/``token``, ``profile``, ``anon``, ``client_kwargs``,

@@ -4,7 +4,7 @@ stays clean, hostile text runs nothing, and the page fits a phone's width.
 
 Skipped, saying why, where no browser is installed (``apt-get install chromium
 chromium-driver``; CI's ``.ci/run`` installs them where it can). With
-``WDSTOOL_SHOW_SCREENSHOT=docs/show-report.png`` it also writes the README's screenshot."""
+``WDSTOOL_SHOW_SCREENSHOT=docs/guides/show-report.png`` it also writes the README's screenshot."""
 
 from __future__ import annotations
 
