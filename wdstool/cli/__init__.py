@@ -3,7 +3,7 @@
 Each command parses its options, calls one library function and renders the result. Domain
 errors are WdsToolError (click exceptions): one line on stderr, non-zero exit.
 Machine-readable output (``--json``) goes to stdout; progress and chatter go to stderr.
-Nothing imports this package: it is the top layer (see the README, "How the code is laid out").
+Nothing imports this package: it is the top layer (see docs/design/architecture.md).
 """
 
 from __future__ import annotations
