@@ -16,8 +16,9 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from loaders.batch import BatchAssembler, DecodeSpec, Delivery
+from loaders.batch import BatchAssembler, DecodeSpec
 from loaders.config import LoaderConfig, OnError, Output
+from loaders.delivery import Delivery
 from loaders.plan import (
     MixSource,
     Mixture,

@@ -18,9 +18,9 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from loaders.batch import Delivery
 from loaders.config import LoaderConfig, WorkerMode
 from loaders.dataset import ShardStreamDataset
+from loaders.delivery import Delivery
 from loaders.pool import Packed, Pooled
 from loaders.recipe import Recipe
 from loaders.state import restore_state, save_state

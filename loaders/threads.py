@@ -16,8 +16,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from loaders.batch import Delivery
 from loaders.dataset import ShardStreamDataset
+from loaders.delivery import Delivery
 
 _END = object()
 

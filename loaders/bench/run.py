@@ -7,11 +7,7 @@ count, same repeat) and reported as median and range.
 
 from __future__ import annotations
 
-import os
-import platform
-import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from loaders.bench.baselines import (
@@ -19,115 +15,14 @@ from loaders.bench.baselines import (
     imagefolder_loader,
     webdataset_loader,
 )
-from loaders.bench.measure import RunResult, measure, recommend
-from loaders.bench.report import PIPELINES
+from loaders.bench.config import BenchConfig
+from loaders.bench.measure import RunResult, measure
+from loaders.bench.summary import summarize
 from loaders.bench.tokenize import Tokenize
 from loaders.make import make_loader
 from loaders.source import Source, resolve_source
-from wdstool.base.errors import ConfigError, WdsToolError
-from wdstool.format.decode import PARTIAL_DECODE, whole_decoder
-
-
-@dataclass(frozen=True, kw_only=True)
-class BenchConfig:
-    source: str
-    batch_size: int = 64
-    workers: tuple[int, ...] = (2,)
-    prefetch_factor: int = 4
-    image_size: int = 224
-    output: str = "uint8"
-    channels_last: bool = False
-    batches: int | None = None
-    epochs: int = 1
-    warmup: int = 0
-    world_size: int = 1
-    rank: int = 0
-    step_ms: float = 0.0
-    imagefolder: str | None = None
-    webdataset: bool = False
-    webdataset_fast: bool = False
-    with_ceiling: bool = False
-    repeats: int = 3
-    shuffle_buffer: int = 2000
-    storage_options: dict[str, Any] | None = None
-    cache_dir: str | None = None
-    cache_limit: int | None = None
-    transform: Callable[[Any], Any] | None = field(default=None, compare=False)
-    transform_name: str = "default"  # what --transform named (a preset or module:attr)
-    label: str | None = "cls"
-    fields: tuple[tuple[str, str], ...] = ()  # (batch key, member spec)
-    tokenize: str | None = None  # a field whose text the stand-in tokenizer turns into ids
-    plain: bool = False  # also run the loader with image + label only ("wdstool-plain")
-    sources: tuple[tuple[str, float], ...] = ()  # a mixture instead of ``source`` (url, weight)
-    worker_mode: str = "process"
-    threads: bool = False  # also run the loader with worker_mode="thread" ("wdstool-threads")
-    epoch_size: int | None = None
-    train: bool = True  # False: the eval transform (resize + centre crop)
-    scaled_decode: bool = True  # make_loader(scaled_decode=...): large JPEG regions scaled
-    exact: bool = False  # also run the loader with scaled_decode=False ("wdstool-exact")
-    memory: bool = False  # sample the process tree's PSS (costs the pass a little throughput)
-
-    def __post_init__(self) -> None:
-        if self.batch_size < 1 or self.repeats < 1 or self.epochs < 1 or self.warmup < 0:
-            raise ConfigError("batch size, repeats and epochs must be >= 1, warmup >= 0")
-        if not self.workers or min(self.workers) < 0:
-            raise ConfigError(f"--workers must list counts >= 0, got {self.workers}")
-        if self.batches is not None and self.batches < 1:
-            raise ConfigError(f"--batches must be >= 1, got {self.batches}")
-        if self.step_ms < 0:
-            raise ConfigError(f"--step-ms must be >= 0, got {self.step_ms}")
-        if self.transform is None and not self.train and (self.imagefolder or self.webdataset):
-            raise ConfigError(
-                "--eval: the imagefolder and webdataset baselines run the train augmentation; "
-                "compare the eval path with --compare exact, or give it as --transform"
-            )
-        if self.webdataset_fast and (self.transform is not None or not self.train):
-            raise ConfigError(
-                "--compare webdataset-fast runs the built-in train recipe; with --transform or "
-                "--eval compare with webdataset"
-            )
-        if self.exact and not self.scaled_decode:
-            raise ConfigError("--compare exact with --exact-decode would compare a run with itself")
-        if self.tokenize is not None and self.tokenize not in dict(self.fields):
-            raise ConfigError(
-                f"--tokenize {self.tokenize}: request that field too (--field {self.tokenize}=txt)"
-            )
-
-
-def host_info() -> dict[str, Any]:
-    """The machine a benchmark ran on: cores this process may use, CPU model, OS, Python."""
-    model = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(
-                (ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), model
-            )
-    except OSError:
-        pass
-    return {
-        "cores": len(os.sched_getaffinity(0))
-        if hasattr(os, "sched_getaffinity")
-        else os.cpu_count(),
-        "cpu_model": model,
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-    }
-
-
-def machine_info() -> dict[str, Any]:
-    import PIL
-    import torch
-    import torchvision
-    import webdataset
-
-    return {
-        **host_info(),
-        "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
-        "pillow": PIL.__version__,
-        "webdataset": getattr(webdataset, "__version__", "?"),
-        "cuda": torch.cuda.is_available(),
-    }
+from wdstool.base.errors import WdsToolError
+from wdstool.format.decode import PARTIAL_DECODE
 
 
 class _Epochs:
@@ -298,7 +193,7 @@ def run_stream_bench(
     avg_bytes = _avg_bytes(cfg)
     for r in runs:  # every pipeline reads the same samples: compressed MB/s from the manifest
         r.mb_per_s = r.samples_per_s * avg_bytes / 1e6
-    return _report(cfg, runs, ceilings, interrupted, avg_bytes)
+    return summarize(cfg, runs, ceilings, interrupted, avg_bytes)
 
 
 def _avg_bytes(cfg: BenchConfig) -> float:
@@ -310,93 +205,3 @@ def _avg_bytes(cfg: BenchConfig) -> float:
         return manifest.total_bytes / max(1, manifest.num_samples)
     except WdsToolError:  # a brace pattern without a manifest: no byte counts
         return 0.0
-
-
-def _ratios(runs: list[RunResult], a: str, b: str) -> dict[str, Any] | None:
-    pairs: list[float] = []
-    by_key: dict[tuple[str, int], list[RunResult]] = {}
-    for r in runs:
-        by_key.setdefault((r.name, r.workers), []).append(r)
-    for (name, w), rs in by_key.items():
-        if name != a:
-            continue
-        for x, y in zip(rs, by_key.get((b, w), []), strict=False):
-            if y.samples_per_s > 0:
-                pairs.append(x.samples_per_s / y.samples_per_s)
-    if not pairs:
-        return None
-    return {
-        "median": statistics.median(pairs),
-        "min": min(pairs),
-        "max": max(pairs),
-        "pairs": len(pairs),
-    }
-
-
-def _report(
-    cfg: BenchConfig,
-    runs: list[RunResult],
-    ceilings: dict[int, dict[str, float]],
-    interrupted: bool,
-    avg_bytes: float,
-) -> dict[str, Any]:
-    summary = []
-    names = sorted({r.name for r in runs}, key=PIPELINES.index)
-    for name in names:
-        for w in cfg.workers:
-            rs = [r for r in runs if r.name == name and r.workers == w]
-            if not rs:
-                continue
-            row = {
-                "pipeline": name,
-                "workers": w,
-                "runs": len(rs),
-                "samples_per_s": statistics.median(r.samples_per_s for r in rs),
-                "mb_per_s": statistics.median(r.mb_per_s for r in rs),
-                "time_to_first_batch": statistics.median(r.time_to_first_batch for r in rs),
-                "wait_p50_ms": statistics.median(r.wait_ms.get("p50", 0) for r in rs),
-                "wait_p99_ms": statistics.median(r.wait_ms.get("p99", 0) for r in rs),
-                "idle_pct": statistics.median(r.idle_pct for r in rs),
-            }
-            rss = [r.worker_peak_rss_mb for r in rs if r.worker_peak_rss_mb is not None]
-            private = [r.worker_private_mb for r in rs if r.worker_private_mb is not None]
-            if rss:
-                row["worker_peak_rss_mb"] = statistics.median(rss)
-            if private:
-                row["worker_private_mb"] = statistics.median(private)
-            pss = [r.peak_pss_mb for r in rs if r.peak_pss_mb is not None]
-            anon = [r.peak_pss_anon_mb for r in rs if r.peak_pss_anon_mb is not None]
-            if pss:
-                row["peak_pss_mb"] = statistics.median(pss)
-            if anon:
-                row["peak_pss_anon_mb"] = statistics.median(anon)
-            if name == "wdstool" and w in ceilings and ceilings[w]["samples_per_s"]:
-                row["efficiency"] = row["samples_per_s"] / ceilings[w]["samples_per_s"]
-            summary.append(row)
-    ratios = {}
-    for other in PIPELINES[1:]:
-        r = _ratios(runs, "wdstool", other)
-        if r:
-            ratios[f"wdstool/{other}"] = r
-    from loaders.recipe import build_recipe
-
-    size = cfg.image_size if cfg.transform is None else None
-    recipe = build_recipe(cfg.transform, train=cfg.train, image_size=size, output=cfg.output)
-    return {
-        "recipe": str(recipe),
-        "config": {
-            k: v for k, v in cfg.__dict__.items() if k not in ("transform", "storage_options")
-        },
-        "machine": machine_info(),
-        "avg_sample_bytes": avg_bytes,
-        "runs": [r.to_json(with_waits=True) for r in runs],
-        "summary": summary,
-        "ratios": ratios,
-        "ceiling": {str(w): c for w, c in ceilings.items()},
-        # train JPEGs: only the crop decoded (wdstool/format/_jpegcrop.c), or whole images
-        "decoder": "partial" if PARTIAL_DECODE else "whole",
-        "whole_decoder": whole_decoder(),  # torchvision, torchcodec or pil
-        "scaled_decode": cfg.scaled_decode and PARTIAL_DECODE,
-        "recommendation": recommend(runs) if len(set(cfg.workers)) > 1 else {},
-        "interrupted": interrupted,
-    }

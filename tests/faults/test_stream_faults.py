@@ -153,6 +153,7 @@ def test_ddp_rank_with_a_bad_shard_under_skip_takes_the_same_steps(
         "1",
         "--on-error",
         "skip",
+        "--keep-last",  # every planned sample is read, the bad ones among them
         "--out",
         str(out),
     )

@@ -1,0 +1,140 @@
+"""A stream-bench run summarized: medians per pipeline and worker count, ratios pair by pair,
+the ceiling's efficiency, the recommendation, the recipe that ran and the machine."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+from typing import Any
+
+from loaders.bench.config import BenchConfig
+from loaders.bench.measure import RunResult, recommend
+from loaders.bench.report import PIPELINES
+from wdstool.format.decode import PARTIAL_DECODE, whole_decoder
+
+
+def host_info() -> dict[str, Any]:
+    """The machine a benchmark ran on: cores this process may use, CPU model, OS, Python."""
+    model = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(
+                (ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), model
+            )
+    except OSError:
+        pass
+    return {
+        "cores": len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else os.cpu_count(),
+        "cpu_model": model,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
+
+
+def machine_info() -> dict[str, Any]:
+    import PIL
+    import torch
+    import torchvision
+    import webdataset
+
+    return {
+        **host_info(),
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "pillow": PIL.__version__,
+        "webdataset": getattr(webdataset, "__version__", "?"),
+        "cuda": torch.cuda.is_available(),
+    }
+
+
+def _ratios(runs: list[RunResult], a: str, b: str) -> dict[str, Any] | None:
+    pairs: list[float] = []
+    by_key: dict[tuple[str, int], list[RunResult]] = {}
+    for r in runs:
+        by_key.setdefault((r.name, r.workers), []).append(r)
+    for (name, w), rs in by_key.items():
+        if name != a:
+            continue
+        for x, y in zip(rs, by_key.get((b, w), []), strict=False):
+            if y.samples_per_s > 0:
+                pairs.append(x.samples_per_s / y.samples_per_s)
+    if not pairs:
+        return None
+    return {
+        "median": statistics.median(pairs),
+        "min": min(pairs),
+        "max": max(pairs),
+        "pairs": len(pairs),
+    }
+
+
+def summarize(
+    cfg: BenchConfig,
+    runs: list[RunResult],
+    ceilings: dict[int, dict[str, float]],
+    interrupted: bool,
+    avg_bytes: float,
+) -> dict[str, Any]:
+    summary = []
+    names = sorted({r.name for r in runs}, key=PIPELINES.index)
+    for name in names:
+        for w in cfg.workers:
+            rs = [r for r in runs if r.name == name and r.workers == w]
+            if not rs:
+                continue
+            row = {
+                "pipeline": name,
+                "workers": w,
+                "runs": len(rs),
+                "samples_per_s": statistics.median(r.samples_per_s for r in rs),
+                "mb_per_s": statistics.median(r.mb_per_s for r in rs),
+                "time_to_first_batch": statistics.median(r.time_to_first_batch for r in rs),
+                "wait_p50_ms": statistics.median(r.wait_ms.get("p50", 0) for r in rs),
+                "wait_p99_ms": statistics.median(r.wait_ms.get("p99", 0) for r in rs),
+                "idle_pct": statistics.median(r.idle_pct for r in rs),
+            }
+            rss = [r.worker_peak_rss_mb for r in rs if r.worker_peak_rss_mb is not None]
+            private = [r.worker_private_mb for r in rs if r.worker_private_mb is not None]
+            if rss:
+                row["worker_peak_rss_mb"] = statistics.median(rss)
+            if private:
+                row["worker_private_mb"] = statistics.median(private)
+            pss = [r.peak_pss_mb for r in rs if r.peak_pss_mb is not None]
+            anon = [r.peak_pss_anon_mb for r in rs if r.peak_pss_anon_mb is not None]
+            if pss:
+                row["peak_pss_mb"] = statistics.median(pss)
+            if anon:
+                row["peak_pss_anon_mb"] = statistics.median(anon)
+            if name == "wdstool" and w in ceilings and ceilings[w]["samples_per_s"]:
+                row["efficiency"] = row["samples_per_s"] / ceilings[w]["samples_per_s"]
+            summary.append(row)
+    ratios = {}
+    for other in PIPELINES[1:]:
+        r = _ratios(runs, "wdstool", other)
+        if r:
+            ratios[f"wdstool/{other}"] = r
+    from loaders.recipe import build_recipe
+
+    size = cfg.image_size if cfg.transform is None else None
+    recipe = build_recipe(cfg.transform, train=cfg.train, image_size=size, output=cfg.output)
+    return {
+        "recipe": str(recipe),
+        "config": {
+            k: v for k, v in cfg.__dict__.items() if k not in ("transform", "storage_options")
+        },
+        "machine": machine_info(),
+        "avg_sample_bytes": avg_bytes,
+        "runs": [r.to_json(with_waits=True) for r in runs],
+        "summary": summary,
+        "ratios": ratios,
+        "ceiling": {str(w): c for w, c in ceilings.items()},
+        # train JPEGs: only the crop decoded (wdstool/format/_jpegcrop.c), or whole images
+        "decoder": "partial" if PARTIAL_DECODE else "whole",
+        "whole_decoder": whole_decoder(),  # torchvision, torchcodec or pil
+        "scaled_decode": cfg.scaled_decode and PARTIAL_DECODE,
+        "recommendation": recommend(runs) if len(set(cfg.workers)) > 1 else {},
+        "interrupted": interrupted,
+    }
