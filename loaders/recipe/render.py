@@ -20,7 +20,7 @@ from torchvision.transforms.v2 import InterpolationMode
 from torchvision.transforms.v2 import functional as F
 
 from loaders.recipe.geometry import Geometry, Size
-from wdstool.format.decode import PARTIAL_DECODE, decode_crop, decode_rgb, scale_for
+from wdstool.format.decode import PARTIAL_DECODE, decode_crop, decode_hwc, decode_rgb, scale_for
 from wdstool.format.images import MAX_PIXELS, is_jpeg
 
 try:  # torchvision's own rule for when a uint8 resize runs natively (else through float32)
@@ -117,7 +117,9 @@ def render(
     pixels, except where ``scaled`` lets a region more than twice the output on both sides be
     decoded at a reduced scale (see the module's docstring). Other formats, and JPEGs the
     partial decoder declines, are decoded whole."""
-    if partial and not g.pad and is_jpeg(data):
+    if not partial:
+        return apply(decode_rgb(data, max_pixels=max_pixels, where=where), g, out)
+    if not g.pad and is_jpeg(data):
         crop = None
         if g.resized is None:
             scale = scale_for(g.height, g.width, g.size) if scaled else 1
@@ -129,7 +131,7 @@ def render(
                 crop = decode_crop(data, top, left, h, w, scale=scale)
         if crop is not None:
             return resize_into(crop, g, out)
-    return apply(decode_rgb(data, max_pixels=max_pixels, where=where), g, out)
+    return apply(decode_hwc(data, max_pixels=max_pixels, where=where), g, out)
 
 
 __all__ = ["apply", "render", "resize_into"]

@@ -21,7 +21,7 @@ from loaders.recipe.geometry import Geometry
 from loaders.recipe.recipe import Recipe
 from loaders.recipe.render import apply, render
 from loaders.recipe.seeding import Seeder
-from wdstool.format.decode import PARTIAL_DECODE, decode_rgb, header_size
+from wdstool.format.decode import PARTIAL_DECODE, decode_hwc, header_size
 from wdstool.format.images import MAX_PIXELS, is_jpeg
 
 REGION_FIXED, REGION_AREA = 0.45, 0.45  # a region's decode cost, in whole decodes (see above)
@@ -56,7 +56,7 @@ def run_views(
     if jpeg:
         width, height = header_size(data, max_pixels=max_pixels, where=where)
     else:
-        whole = decode_rgb(data, max_pixels=max_pixels, where=where)
+        whole = decode_hwc(data, max_pixels=max_pixels, where=where)
         height, width = whole.shape[-2:]
     geoms = [
         None if r.head is None else r.head.draw(height, width, rng)
@@ -65,7 +65,7 @@ def run_views(
     if whole is None and (
         any(g is None for g in geoms) or partial_cost(geoms, height, width) > 1.0  # type: ignore[arg-type]
     ):
-        whole = decode_rgb(data, max_pixels=max_pixels, where=where)
+        whole = decode_hwc(data, max_pixels=max_pixels, where=where)
     images = []
     for recipe, g, rng, out in zip(recipes, geoms, rngs, outs, strict=True):
         if g is None:

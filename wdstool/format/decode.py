@@ -214,6 +214,23 @@ def decode_rgb(
     return _pil_decode(data, max_pixels, where)
 
 
+def decode_hwc(
+    data: bytes, ext: str = "", *, max_pixels: int = MAX_PIXELS, where: str = ""
+) -> torch.Tensor:
+    """``decode_rgb``'s pixels laid out channels-last ([3,H,W] over [H,W,3] memory), which is
+    what the antialiased uint8 resize kernels run fast on: ~3x faster here than on the planar
+    layout torchvision's decoders return (the values are the same either way). A JPEG is
+    decoded whole by the partial decoder, which writes that layout (libjpeg's own); other
+    images, and JPEGs it declines, are decoded by ``decode_rgb`` and repacked."""
+    if PARTIAL_DECODE and kind(data) == "jpeg":
+        width, height = header_size(data, max_pixels=max_pixels, where=where)
+        img = decode_crop(data, 0, 0, height, width)
+        if img is not None:
+            return img
+    img = decode_rgb(data, ext, max_pixels=max_pixels, where=where)
+    return img.permute(1, 2, 0).contiguous().permute(2, 0, 1)
+
+
 def decode_jpegs(datas: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
     """JPEG byte tensors -> uint8 RGB [3,H,W] on ``device``: one batched call where the codec
     decodes on that device (nvJPEG through torchvision or TorchCodec), else one by one here
