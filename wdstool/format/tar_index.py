@@ -18,7 +18,7 @@ from wdstool.format.tar_read import (
     MemberInfo,
     TarSampleReader,
     _checksum_ok,
-    _split_key,
+    split_key,
 )
 
 
@@ -48,7 +48,7 @@ def sample_spans(fileobj: BinaryIO, url: str) -> Iterator[SampleSpan]:
     key: str | None = None
     members: list[MemberInfo] = []
     for m in TarSampleReader(fileobj, url).members():
-        split = _split_key(m.name)
+        split = split_key(m.name)
         if split is None or m.name.rsplit("/", 1)[-1].startswith("."):
             continue
         if split[0] != key:
