@@ -7,8 +7,6 @@ count, same repeat) and reported as median and range.
 
 from __future__ import annotations
 
-import os
-import platform
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +23,7 @@ from loaders.bench.tokenize import Tokenize
 from loaders.make import make_loader
 from loaders.source import Source, resolve_source
 from wdstool.base.errors import ConfigError, WdsToolError
+from wdstool.base.host import host_info
 from wdstool.format.decode import PARTIAL_DECODE, whole_decoder
 
 
@@ -92,26 +91,6 @@ class BenchConfig:
             raise ConfigError(
                 f"--tokenize {self.tokenize}: request that field too (--field {self.tokenize}=txt)"
             )
-
-
-def host_info() -> dict[str, Any]:
-    """The machine a benchmark ran on: cores this process may use, CPU model, OS, Python."""
-    model = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(
-                (ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), model
-            )
-    except OSError:
-        pass
-    return {
-        "cores": len(os.sched_getaffinity(0))
-        if hasattr(os, "sched_getaffinity")
-        else os.cpu_count(),
-        "cpu_model": model,
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-    }
 
 
 def machine_info() -> dict[str, Any]:
