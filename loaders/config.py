@@ -8,7 +8,7 @@ from typing import Any
 
 from loaders.plan import Uneven
 from loaders.recipe import as_size
-from wdstool.base.errors import ConfigError
+from wdstool.base.errors import ConfigError, OnError
 
 
 class Output(StrEnum):
@@ -20,11 +20,6 @@ class Output(StrEnum):
 class WorkerMode(StrEnum):
     PROCESS = "process"  # DataLoader worker processes (torch's usual way)
     THREAD = "thread"  # decode threads in the loader's process: one heap, one torch
-
-
-class OnError(StrEnum):
-    RAISE = "raise"
-    SKIP = "skip"
 
 
 @dataclass(frozen=True, kw_only=True)

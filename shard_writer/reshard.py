@@ -35,8 +35,7 @@ from shard_writer.options import PackSummary, ProgressFn, ReshardOptions
 from shard_writer.probe import EncodeOptions
 from shard_writer.reshard_plan import Carried, Selecting, Selection, merge_source_classes, select
 from shard_writer.tar_sources import ShardScan, SourceSet, resolve_srcs, scan_shard
-from shard_writer.write import OnError
-from wdstool.base.errors import ConfigError, InputError
+from wdstool.base.errors import ConfigError, InputError, OnError
 from wdstool.base.urls import local_path
 from wdstool.format.manifest import resolve_shard_url
 
@@ -203,7 +202,7 @@ def _selecting(
         exclude=exclude,
         dedupe=options.dedupe,
         rename=options.rename_collisions,
-        fail=options.on_error is OnError.FAIL,
+        fail=options.on_error is OnError.RAISE,
     )
     return how, lists
 

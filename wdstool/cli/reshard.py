@@ -58,7 +58,7 @@ _SHARED = (
 
 def reshard_options(params: dict[str, Any]) -> Any:
     """ReshardOptions from the parsed options of reshard or split."""
-    from shard_writer.options import ReshardOptions
+    from shard_writer import ReshardOptions
 
     return ReshardOptions(
         **{name: params[name] for name in _SHARED},
@@ -71,7 +71,7 @@ def reshard_options(params: dict[str, Any]) -> Any:
 @click.command("reshard")
 @click.argument("srcs", nargs=-1, required=True, type=str, metavar="SRC...")
 @click.argument("dest", type=str)
-@write_options(on_error="fail", what="the sources' order (SRC after SRC, shard after shard)")
+@write_options(on_error="raise", what="the sources' order (SRC after SRC, shard after shard)")
 @selection_options
 @storage_options_from_cli
 def reshard_cmd(
@@ -99,10 +99,10 @@ def reshard_cmd(
 
     The same sources and options always give byte-identical shards, whatever --workers;
     an interrupted reshard finishes when run again; index.json is written last. --on-error
-    defaults to fail here: skip lists a damaged or missing shard and keeps what was read
+    defaults to raise here: skip lists a damaged or missing shard and keeps what was read
     before the damage. SRC and DEST may be local or any fsspec URL (s3://bucket/prefix).
     """
-    from shard_writer.reshard import reshard
+    from shard_writer import reshard
 
     options = reshard_options(params)
     summary = run_with_progress(

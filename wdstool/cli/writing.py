@@ -75,11 +75,13 @@ def write_options(
         ),
         click.option(
             "--on-error",
-            type=click.Choice(["skip", "fail"]),
+            type=click.Choice(["skip", "raise", "fail"]),
             default=on_error,
             show_default=True,
+            callback=lambda _ctx, _param, value: "raise" if value == "fail" else value,
             help="skip: leave bad inputs out and list them (summary and index.json "
-            "'skipped'); fail: stop at the first one, naming it, and publish nothing.",
+            "'skipped'); raise: stop at the first one, naming it, and publish nothing (fail is "
+            "its older name, still accepted).",
         ),
         click.option(
             "--overwrite", is_flag=True, help="Replace a different data set already in DEST."
