@@ -31,7 +31,7 @@ def inspect_cmd(
 
     SOURCE is a folder or prefix holding index.json, or the manifest's own path/URL.
     """
-    from shard_writer.verify import inspect_dataset
+    from shard_writer import inspect_dataset
 
     info = inspect_dataset(source, nkeys=nkeys, storage_options=storage_options)
     if as_json:
@@ -102,7 +102,7 @@ def verify_cmd(
     """
     from tqdm import tqdm
 
-    from shard_writer.verify import UnsafeMember, verify_dataset
+    from shard_writer import UnsafeMember, verify_dataset
     from wdstool.base.errors import UnsafeMembersError
 
     def on_unsafe(problem: UnsafeMember) -> None:

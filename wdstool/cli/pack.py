@@ -117,7 +117,7 @@ def pack_cmd(
     keys numbered on, class names already there keep their indices); a loader over DEST reads
     every version, and `wdstool inspect DEST` lists them.
     """
-    from shard_writer.pack import PackOptions, pack
+    from shard_writer import PackOptions, pack
 
     options = PackOptions(
         prefix=prefix,

@@ -58,7 +58,7 @@ def sample_data_cmd(
     about 450x380 px (or --size), JPEG quality 90, ~100 KB each at the default size, an
     ImageNet-like decode cost.
     """
-    from shard_writer.sample_data import generate_sample_data
+    from shard_writer import generate_sample_data
 
     summary = generate_sample_data(
         dest,
