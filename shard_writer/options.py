@@ -42,18 +42,18 @@ class WriteOptions:
 
     def __post_init__(self) -> None:
         if not _PREFIX_RE.match(self.prefix) or "/" in self.prefix:
-            raise ConfigError(f"--prefix {self.prefix!r}: use letters, digits, '_', '-', '.'")
+            raise ConfigError(f"prefix={self.prefix!r}: use letters, digits, '_', '-', '.'")
         if self.workers is not None and self.workers < 1:
-            raise ConfigError(f"--workers must be >= 1, got {self.workers}")
+            raise ConfigError(f"workers={self.workers}: must be >= 1")
         if self.max_side is not None and self.max_side < 8:
-            raise ConfigError(f"--max-side must be >= 8 pixels, got {self.max_side}")
+            raise ConfigError(f"max_side={self.max_side}: must be >= 8 pixels")
         if self.quality is not None and not 1 <= self.quality <= 100:
-            raise ConfigError(f"--quality must be within 1..100, got {self.quality}")
+            raise ConfigError(f"quality={self.quality}: must be within 1..100")
         if self.engine not in ENGINES:
-            raise ConfigError(f"--engine {self.engine!r}: choose one of {', '.join(ENGINES)}")
+            raise ConfigError(f"engine={self.engine!r}: choose one of {', '.join(ENGINES)}")
         if self.append and self.overwrite:
             raise ConfigError(
-                "--append adds a version to the data set in DEST, --overwrite replaces it: "
+                "append=True adds a version to the data set in DEST, overwrite=True replaces it: "
                 "choose one"
             )
         try:
@@ -108,7 +108,7 @@ class PackOptions(WriteOptions):
             path=self.path_column, label=self.label_column, caption=self.caption_column
         )  # validates names
         if self.image_column is not None and not self.image_column:
-            raise ConfigError("--image-column: the column name is empty")
+            raise ConfigError("image_column='': the column name is empty")
 
     @property
     def columns(self) -> ListingColumns:

@@ -170,13 +170,11 @@ def generate_sample_data(
     """Write ``images`` JPEGs in ``classes`` folders under ``dest``, each about ``size``
     (width, height) pixels."""
     if images < 1:
-        raise ConfigError(f"--images must be >= 1, got {images}")
+        raise ConfigError(f"images={images}: must be >= 1")
     if not 1 <= classes <= images:
-        raise ConfigError(
-            f"--classes must be within 1..{images} (the number of images), got {classes}"
-        )
+        raise ConfigError(f"classes={classes}: must be within 1..{images} (the number of images)")
     if len(size) != 2 or min(size) < 16:
-        raise ConfigError(f"--size must be WIDTHxHEIGHT with both >= 16, got {size}")
+        raise ConfigError(f"size={size}: must be (width, height) with both >= 16")
     root = Path(dest)
     if root.exists():
         if not root.is_dir():

@@ -283,7 +283,7 @@ def verify_dataset(
             f"{report['manifest']}: {len(unsafe)} member(s) in {shards} of "
             f"{len(manifest.shards)} shard(s) are unsafe to extract with tar -x (absolute or "
             "'..' names, links, devices, FIFOs or non-UTF-8 names); re-pack, or accept them "
-            "with --allow-unsafe-names",
+            "with allow_unsafe_names=True",
             report,
         )
     return report
