@@ -160,8 +160,8 @@ def _write_chunk(
 def generate_sample_data(
     dest: str | os.PathLike[str],
     *,
-    images: int,
-    classes: int,
+    images: int = 2000,
+    classes: int = 10,
     seed: int = 0,
     workers: int | None = None,
     progress: bool = False,

@@ -37,7 +37,6 @@ from wdstool.cli.common import flag_words
         ),
         ("pack", "shuffle=False keeps the order", "--no-shuffle keeps the order"),
         ("pack", "quality=Q re-encodes", "--quality Q re-encodes"),
-        # reshard's --keys is the parameter keys_file: the flag's own name is a library word too
         ("reshard", "keys=/k.txt: no such file", "--keys /k.txt: no such file"),
         ("reshard", "1 key(s) of exclude_keys= name no", "1 key(s) of --exclude-keys name no"),
         (
@@ -45,6 +44,8 @@ from wdstool.cli.common import flag_words
             "exact=True with scaled_decode=False",
             "--compare exact with --exact-decode",
         ),
+        # stream-bench's --transform is the parameter transform_spec: the flag's own name is a
+        # library word too
         ("stream-bench", "transform='x': not a preset", "--transform 'x': not a preset"),
         ("show", "the HTML report (out_dir=) needs Jinja2", "the HTML report (--out) needs Jinja2"),
         # what is not a whole word stays: paths, URLs, other commands' settings, other words

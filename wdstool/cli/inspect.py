@@ -8,17 +8,21 @@ from typing import Any
 import click
 
 from wdstool.base.params import format_size
-from wdstool.cli.common import emit_json, progress_enabled, storage_options_from_cli
+from wdstool.cli.common import (
+    emit_json,
+    library_option,
+    progress_enabled,
+    storage_options_from_cli,
+)
 
 
 @click.command("inspect")
 @click.argument("source", type=str)
-@click.option(
+@library_option(
+    "shard_writer:inspect_dataset",
     "--keys",
     "nkeys",
     type=click.IntRange(min=0),
-    default=5,
-    show_default=True,
     help="How many sample keys to show.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON on stdout.")

@@ -20,7 +20,9 @@ from wdstool.cli.writing import print_summary, run_with_progress, write_options
     metavar="NAME=F,...",
     help="The splits and their shares, summing to 1, e.g. train=0.98,validation=0.02.",
 )
-@write_options(on_error="raise", what="the source order within each split", append=False)
+@write_options(
+    defaults="shard_writer:ReshardOptions", what="the source order within each split", append=False
+)
 @selection_options
 @storage_options_from_cli
 def split_cmd(
