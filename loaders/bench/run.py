@@ -338,18 +338,15 @@ def _report(
                 "wait_p99_ms": statistics.median(r.wait_ms.get("p99", 0) for r in rs),
                 "idle_pct": statistics.median(r.idle_pct for r in rs),
             }
-            rss = [r.worker_peak_rss_mb for r in rs if r.worker_peak_rss_mb is not None]
-            private = [r.worker_private_mb for r in rs if r.worker_private_mb is not None]
-            if rss:
-                row["worker_peak_rss_mb"] = statistics.median(rss)
-            if private:
-                row["worker_private_mb"] = statistics.median(private)
-            pss = [r.peak_pss_mb for r in rs if r.peak_pss_mb is not None]
-            anon = [r.peak_pss_anon_mb for r in rs if r.peak_pss_anon_mb is not None]
-            if pss:
-                row["peak_pss_mb"] = statistics.median(pss)
-            if anon:
-                row["peak_pss_anon_mb"] = statistics.median(anon)
+            for what in (
+                "worker_peak_rss_mb",
+                "worker_private_mb",
+                "peak_pss_mb",
+                "peak_pss_anon_mb",
+            ):
+                seen = [getattr(r, what) for r in rs if getattr(r, what) is not None]
+                if seen:  # memory figures exist only where they were measured
+                    row[what] = statistics.median(seen)
             if name == "wdstool" and w in ceilings and ceilings[w]["samples_per_s"]:
                 row["efficiency"] = row["samples_per_s"] / ceilings[w]["samples_per_s"]
             summary.append(row)

@@ -17,6 +17,8 @@ from typing import Any
 
 import click
 
+from wdstool.base.errors import ConfigError
+
 
 def progress_enabled(quiet: bool) -> bool:
     """Progress bars go to stderr, and only to a terminal."""
@@ -93,6 +95,17 @@ class LibraryDefault(click.Option):
 def library_option(library: str, *decls: str, **kwargs: Any) -> Callable[[Any], Any]:
     """``click.option(*decls, **kwargs)`` whose default is ``library``'s (:class:`LibraryDefault`)."""
     return click.option(*decls, cls=LibraryDefault, library=library, **kwargs)
+
+
+def field_specs(items: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """``--field NAME=SPEC`` options (repeatable) as (name, spec) pairs."""
+    pairs = []
+    for item in items:
+        name, sep, spec = item.partition("=")
+        if not sep or not name or not spec:
+            raise ConfigError(f"--field {item!r}: write NAME=SPEC, e.g. caption=txt")
+        pairs.append((name, spec))
+    return tuple(pairs)
 
 
 def emit_json(obj: Any) -> None:

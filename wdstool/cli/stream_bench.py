@@ -9,7 +9,12 @@ from typing import Any
 import click
 
 from wdstool.base.params import BYTE_SIZE, WORKER_LIST
-from wdstool.cli.common import library_option, progress_enabled, storage_options_from_cli
+from wdstool.cli.common import (
+    field_specs,
+    library_option,
+    progress_enabled,
+    storage_options_from_cli,
+)
 
 BENCH = "loaders.bench.run:BenchConfig"  # the defaults of every option that has a setting there
 
@@ -250,12 +255,6 @@ def stream_bench_cmd(
                 f"--compare {item!r}: use imagefolder=PATH, webdataset, webdataset-fast, plain or "
                 "exact"
             )
-    pairs = []
-    for item in fields:
-        name, sep, spec = item.partition("=")
-        if not sep or not name or not spec:
-            raise ConfigError(f"--field {item!r}: write NAME=SPEC, e.g. caption=txt")
-        pairs.append((name, spec))
     weighted = []
     for item in mixture:
         url, sep, weight = item.rpartition("=")
@@ -281,7 +280,7 @@ def stream_bench_cmd(
         rank=rank,
         step_ms=step_ms,
         label=None if label.lower() == "none" else label,
-        fields=tuple(pairs),
+        fields=field_specs(fields),
         tokenize=tokenize,
         plain=plain,
         threads=threads,

@@ -87,16 +87,9 @@ class TarFormat:
     name: str = "tar"
     suffixes: tuple[str, ...] = (".tar",)
 
-    def read(
-        self,
-        fileobj: BinaryIO,
-        url: str,
-        *,
-        keep: Callable[[str], bool] | None = None,
-        lazy: Callable[[int, int], Any] | None = None,
-        lazy_exts: frozenset[str] = frozenset(),
-    ) -> TarSampleReader:
-        return TarSampleReader(fileobj, url, keep=keep, lazy=lazy, lazy_exts=lazy_exts)
+    def read(self, fileobj: BinaryIO, url: str, **options: Any) -> TarSampleReader:
+        """:class:`TarSampleReader` over ``fileobj``, with ``ShardFormat.read``'s options."""
+        return TarSampleReader(fileobj, url, **options)
 
 
 TAR = TarFormat()
