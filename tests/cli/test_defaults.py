@@ -97,7 +97,7 @@ def test_the_help_shows_the_librarys_defaults() -> None:
 
 
 def test_a_library_option_has_no_second_default() -> None:
-    from wdstool.cli.common import LibraryDefault
+    from wdstool.cli.defaults import LibraryDefault
 
     with pytest.raises(TypeError, match="do not give another"):
         LibraryDefault(["--max-count"], library="shard_writer:PackOptions", default=5)

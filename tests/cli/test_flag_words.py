@@ -12,7 +12,7 @@ from shard_writer import PackOptions
 from tests.conftest import jpeg_bytes, png_bytes, run_cli
 from wdstool.base.errors import ConfigError
 from wdstool.cli import cli
-from wdstool.cli.common import flag_words
+from wdstool.cli.flag_words import flag_words
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ import click
 from wdstool import __version__
 from wdstool.base.credentials import ScrubbingFilter
 from wdstool.base.errors import WdsToolError
-from wdstool.cli.common import FlagWordsFilter, flag_words
+from wdstool.cli.flag_words import FlagWordsFilter, flag_words
 from wdstool.cli.index import index_cmd
 from wdstool.cli.inspect import inspect_cmd, verify_cmd
 from wdstool.cli.pack import pack_cmd

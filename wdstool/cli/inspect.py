@@ -10,10 +10,10 @@ import click
 from wdstool.base.params import format_size
 from wdstool.cli.common import (
     emit_json,
-    library_option,
     progress_enabled,
     storage_options_from_cli,
 )
+from wdstool.cli.defaults import library_option
 
 
 @click.command("inspect")

@@ -7,7 +7,8 @@ from typing import Any
 
 import click
 
-from wdstool.cli.common import library_option, storage_options_from_cli
+from wdstool.cli.common import storage_options_from_cli
+from wdstool.cli.defaults import library_option
 from wdstool.cli.writing import options_from, print_summary, run_with_progress, write_options
 
 OPTIONS = "shard_writer:ReshardOptions"  # reshard's and split's defaults

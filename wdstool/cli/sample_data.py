@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from wdstool.base.params import DIMENSIONS, format_size
-from wdstool.cli.common import library_option, progress_enabled
+from wdstool.cli.common import progress_enabled
+from wdstool.cli.defaults import library_option
 
 LIBRARY = "shard_writer:generate_sample_data"  # its keywords' defaults are the options'
 

@@ -11,10 +11,10 @@ import click
 from wdstool.base.params import BYTE_SIZE, WORKER_LIST
 from wdstool.cli.common import (
     field_specs,
-    library_option,
     progress_enabled,
     storage_options_from_cli,
 )
+from wdstool.cli.defaults import library_option
 
 BENCH = "loaders.bench.run:BenchConfig"  # the defaults of every option that has a setting there
 

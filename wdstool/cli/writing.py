@@ -12,7 +12,8 @@ from typing import Any, TypeVar
 import click
 
 from wdstool.base.params import BYTE_SIZE, format_size
-from wdstool.cli.common import emit_json, library_option, progress_enabled
+from wdstool.cli.common import emit_json, progress_enabled
+from wdstool.cli.defaults import library_option
 
 T = TypeVar("T")
 
