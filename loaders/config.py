@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from loaders.plan import EpochSpec
-from wdstool.base.errors import ConfigError
+from wdstool.base.errors import ConfigError, OnError
 
 
 class Output(StrEnum):
@@ -30,11 +30,6 @@ class Output(StrEnum):
 class WorkerMode(StrEnum):
     PROCESS = "process"  # DataLoader worker processes (torch's usual way)
     THREAD = "thread"  # decode threads in the loader's process: one heap, one torch
-
-
-class OnError(StrEnum):
-    RAISE = "raise"
-    SKIP = "skip"
 
 
 def _enum(cls: type[StrEnum], name: str, value: object) -> StrEnum:

@@ -1,9 +1,10 @@
 """Execute one worker's share of the epoch plan up to the samples: read, then block-shuffle.
 
 Each stage is a plain generator over an iterator (testable with a list):
-``read_slices``/``read_items`` (tar members of the planned slices, remote shards opened one
-ahead) -> ``worker_stream`` (the restartable block shuffle over compressed bytes). What comes
-out goes to :class:`loaders.batch.BatchAssembler`, inside the same DataLoader worker.
+``read_slices``/``read_items`` (the samples of the planned slices, each shard read by the
+reader of its format, :mod:`wdstool.format.shard_formats`; remote shards opened one ahead) ->
+``worker_stream`` (the restartable block shuffle over compressed bytes). What comes out goes
+to :class:`loaders.batch.BatchAssembler`, inside the same DataLoader worker.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from loaders.source import DatasetIndex, ShardAccess
 from wdstool.base.errors import ShardError, StorageError, WdsToolError
 from wdstool.format.images import IMAGE_EXTENSIONS
 from wdstool.format.mapped import MappedMember, map_shard
-from wdstool.format.tar_read import Sample, TarSampleReader
+from wdstool.format.shard_formats import Sample, SampleReader, format_for
 
 log = logging.getLogger(__name__)
 KEPT_EXTENSIONS = frozenset(IMAGE_EXTENSIONS | {"cls"})  # what the default schema reads
@@ -120,8 +121,8 @@ def read_slices(
     warned: set[str] | None = None,
     lazy: frozenset[str] = frozenset(),
 ) -> Iterator[Located]:
-    """Yield the samples of each slice, in order: skip ``start`` samples by headers alone, then
-    yield ``stop - start``. Remote shards are opened one ahead.
+    """Yield the samples of each slice, in order: skip ``start`` samples (by headers alone, for
+    tar), then yield ``stop - start``. Remote shards are opened one ahead.
 
     A shard that is missing, unreadable after the retries, cut short or corrupt is an error
     naming it; with ``skip_damaged`` its planned samples that could not be read are yielded as
@@ -142,7 +143,7 @@ def read_slices(
         for pos, s in enumerate(slices):
             url = index.urls[s.shard]
             done = 0
-            reader: TarSampleReader | None = None
+            reader: SampleReader | None = None
             try:
                 with ahead.take(pos, s) as f:
                     if pos + 1 < len(slices):
@@ -151,7 +152,7 @@ def read_slices(
                             f.peek(1)  # this shard's request goes first
                             ahead.start(pos + 1, nxt)
                     mapping = map_shard(f, url) if lazy and not access.is_remote(url) else None
-                    reader = TarSampleReader(
+                    reader = format_for(url).read(  # once per shard, never per sample
                         f,
                         url,
                         keep=keep.__contains__,

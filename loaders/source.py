@@ -24,8 +24,8 @@ from wdstool.base.remote import open_shard
 from wdstool.base.retry import DEFAULT_RETRY, RetryPolicy
 from wdstool.base.urls import is_remote
 from wdstool.format.manifest import ManifestNotFound, load_manifest, resolve_shard_url
+from wdstool.format.shard_formats import count_samples
 from wdstool.format.shardlist import expand, is_pattern, tars_in
-from wdstool.format.tar_read import count_samples
 
 log = logging.getLogger(__name__)
 

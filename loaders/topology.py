@@ -7,6 +7,7 @@ import os
 
 from loaders.plan import Topology
 from wdstool.base.errors import ConfigError
+from wdstool.base.host import usable_cores
 
 
 def _env_int(name: str) -> int | None:
@@ -64,9 +65,5 @@ def check_topology(topology: Topology) -> None:
 
 def cores_per_rank() -> int:
     """CPU cores this process may use, shared among the ranks on this node."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover
-        cores = os.cpu_count() or 1
     local_world = _env_int("LOCAL_WORLD_SIZE") or 1
-    return max(1, cores // max(1, local_world))
+    return max(1, usable_cores() // max(1, local_world))

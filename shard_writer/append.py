@@ -53,8 +53,8 @@ class Base:
 
 def _not_a_dataset(dest: Destination, why: str) -> DestinationError:
     return DestinationError(
-        f"{dest.display()}: not a wdstool data set ({why}); --append adds a version to one "
-        "(drop --append to create it)"
+        f"{dest.display()}: not a wdstool data set ({why}); append=True adds a version to one "
+        "(drop append=True to create it)"
     )
 
 
@@ -155,7 +155,7 @@ def prepare_append(
         if name in listed or (name in present and not state):
             raise DestinationError(
                 f"{dest.display(name)}: already exists and is not part of the data set; "
-                "choose another --prefix, or move it away"
+                "choose another prefix=, or move it away"
             )
     dest.write_bytes(STATE_NAME, json.dumps({"fingerprint": layout, "append": True}).encode())
     for name in dest.remove_stale_temps():

@@ -20,8 +20,9 @@ from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExe
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from shard_writer.options import PackSummary, ProgressFn, WriteOptions, usable_cores
+from shard_writer.options import PackSummary, ProgressFn, WriteOptions
 from shard_writer.write import ShardOutcome
+from wdstool.base.host import usable_cores
 from wdstool.base.urls import is_remote, local_path
 
 _progress_queue: Any = None

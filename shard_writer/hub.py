@@ -86,7 +86,7 @@ def hub_scan(
     """SRC as a Hub parquet file, or None when it is something else (a listing of paths)."""
     if not src.rstrip("/").lower().endswith(".parquet"):
         if options.image_column is not None:
-            raise ConfigError(f"{src}: --image-column applies to a .parquet SRC")
+            raise ConfigError(f"{src}: image_column= applies to a .parquet SRC")
         return None
     pf = _open(src, storage_options)
     schema = pf.schema_arrow
@@ -105,7 +105,7 @@ def hub_scan(
         found = ", ".join(repr(n) for n in names) or "none"
         raise InputError(
             f"{src}: no image column {column!r} (columns found: {found}); name the column "
-            "holding the images with --image-column"
+            "holding the images with image_column="
         )
     kind = _image_kind(schema.field(column).type)
     if kind is None:
@@ -119,7 +119,7 @@ def hub_scan(
     ):
         if given is not None and col not in names:
             raise InputError(
-                f"{src}: no {col!r} column; name the {flag} column with --{flag}-column"
+                f"{src}: no {col!r} column; name the {flag} column with {flag}_column="
             )
     others = [n for n in names if n != column]
     rows = [Row(i, 0, r) for i, r in enumerate(_read(pf, src, others), 1)]

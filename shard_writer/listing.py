@@ -56,11 +56,11 @@ class ListingColumns:
     def __post_init__(self) -> None:
         for opt, value in (("path", self.path), ("label", self.label), ("caption", self.caption)):
             if value is not None and not value:
-                raise ConfigError(f"--{opt}-column: the column name is empty")
+                raise ConfigError(f"{opt}_column='': the column name is empty")
         names = self.names
         if len(set(names)) != 3:
             raise ConfigError(
-                f"--path-column, --label-column and --caption-column must differ: {names}"
+                f"path_column=, label_column= and caption_column= must differ: {names}"
             )
 
     @property
@@ -96,7 +96,7 @@ def scan_source(
         return scan_listing(src, fmt, columns, storage_options)
     if columns.given:
         raise ConfigError(
-            f"{src}: --path-column, --label-column and --caption-column apply to a listing SRC "
+            f"{src}: path_column=, label_column= and caption_column= apply to a listing SRC "
             f"(a .csv, .tsv, .jsonl or .parquet file), not to an ImageFolder tree"
         )
     path = local_path(src)
@@ -142,7 +142,7 @@ def scan_listing(
             found = ", ".join(repr(n) for n in names) or "none"
             raise InputError(
                 f"{url}: no {col!r} column (columns found: {found}); "
-                f"name the {flag} column with --{flag}-column"
+                f"name the {flag} column with {flag}_column="
             )
     classes, labels = _labels(url, rows, label_col if label_col in names else None, fmt)
     base = _folder(url)

@@ -89,5 +89,5 @@ def mixed_image_members(infos: Sequence[ImageInfo]) -> str | None:
     return (
         f"the images are in {len(counts)} formats ({shown}), so samples carry different image "
         "members; readers that take their columns from the first samples (Hugging Face "
-        "datasets) miss the others. --quality Q re-encodes every image as JPEG (KEY.jpg)"
+        "datasets) miss the others. quality=Q re-encodes every image as JPEG (KEY.jpg)"
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -11,18 +10,14 @@ from typing import Any
 from shard_writer.layout import LayoutOptions
 from shard_writer.listing import ListingColumns
 from shard_writer.probe import EncodeOptions
-from shard_writer.write import OnError
-from wdstool.base.errors import ConfigError
+from wdstool.base.errors import ConfigError, OnError
 
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 ENGINES = ("local", "ray")
-
-
-def usable_cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
+# the word index.json records for each on_error: "fail" is what writers called "raise" before
+# the two sides shared one vocabulary, and recorded options feed the fingerprint, so a rerun or
+# an append over a data set written then still finds it is the same data set
+_RECORDED_ON_ERROR = {OnError.RAISE: "fail", OnError.SKIP: "skip"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,21 +42,25 @@ class WriteOptions:
 
     def __post_init__(self) -> None:
         if not _PREFIX_RE.match(self.prefix) or "/" in self.prefix:
-            raise ConfigError(f"--prefix {self.prefix!r}: use letters, digits, '_', '-', '.'")
+            raise ConfigError(f"prefix={self.prefix!r}: use letters, digits, '_', '-', '.'")
         if self.workers is not None and self.workers < 1:
-            raise ConfigError(f"--workers must be >= 1, got {self.workers}")
+            raise ConfigError(f"workers={self.workers}: must be >= 1")
         if self.max_side is not None and self.max_side < 8:
-            raise ConfigError(f"--max-side must be >= 8 pixels, got {self.max_side}")
+            raise ConfigError(f"max_side={self.max_side}: must be >= 8 pixels")
         if self.quality is not None and not 1 <= self.quality <= 100:
-            raise ConfigError(f"--quality must be within 1..100, got {self.quality}")
+            raise ConfigError(f"quality={self.quality}: must be within 1..100")
         if self.engine not in ENGINES:
-            raise ConfigError(f"--engine {self.engine!r}: choose one of {', '.join(ENGINES)}")
+            raise ConfigError(f"engine={self.engine!r}: choose one of {', '.join(ENGINES)}")
         if self.append and self.overwrite:
             raise ConfigError(
-                "--append adds a version to the data set in DEST, --overwrite replaces it: "
+                "append=True adds a version to the data set in DEST, overwrite=True replaces it: "
                 "choose one"
             )
-        object.__setattr__(self, "on_error", OnError(self.on_error))
+        try:
+            object.__setattr__(self, "on_error", OnError(self.on_error))
+        except ValueError:
+            choices = ", ".join(repr(e.value) for e in OnError)  # as the loader's config says it
+            raise ConfigError(f"on_error={self.on_error!r} is not one of {choices}") from None
         LayoutOptions(max_count=self.max_count, max_size=self.max_size)  # validates limits
 
     @property
@@ -83,12 +82,16 @@ class WriteOptions:
             "max_size": self.max_size,
             "shuffle": self.shuffle,
             "seed": self.seed,
-            "on_error": self.on_error.value,
+            "on_error": _RECORDED_ON_ERROR[self.on_error],
         }
 
 
 @dataclass(frozen=True, kw_only=True)
 class PackOptions(WriteOptions):
+    """What :func:`shard_writer.pack` is asked to do: every :class:`WriteOptions` setting, a
+    full decode of every image (``verify_decode``), and which columns of a listing SRC hold
+    the paths, labels, captions or (Hub-style parquet) the images themselves."""
+
     verify_decode: bool = False
     # a listing SRC's columns (None: "path", "label", "caption"); a listing's content, not these
     # names, is what the fingerprint covers, so they are not recorded
@@ -105,7 +108,7 @@ class PackOptions(WriteOptions):
             path=self.path_column, label=self.label_column, caption=self.caption_column
         )  # validates names
         if self.image_column is not None and not self.image_column:
-            raise ConfigError("--image-column: the column name is empty")
+            raise ConfigError("image_column='': the column name is empty")
 
     @property
     def columns(self) -> ListingColumns:
@@ -131,6 +134,10 @@ class PackOptions(WriteOptions):
 
 @dataclass(kw_only=True)
 class PackSummary:
+    """What a write did (pack, reshard, each split): shards, samples and bytes written or
+    reused, the inputs skipped (with why), time and throughput; ``to_json()`` is ``--json``'s
+    document."""
+
     dest: str
     shards: int
     samples: int
@@ -181,10 +188,10 @@ ProgressFn = Callable[[int, int, int], None]  # (samples, source bytes, shards) 
 class ReshardOptions(WriteOptions):
     """``reshard`` (and ``split``): pack's write options, and which samples to carry.
 
-    ``on_error`` defaults to fail here: a source shard that cannot be read loses many samples at
-    once, which should not pass unnoticed (skip lists it and keeps what was read before)."""
+    ``on_error`` defaults to raise here: a source shard that cannot be read loses many samples
+    at once, which should not pass unnoticed (skip lists it and keeps what was read before)."""
 
-    on_error: OnError = OnError.FAIL
+    on_error: OnError = OnError.RAISE
     keys: str | None = None  # a file (or URL) with one key a line: carry only these
     exclude_keys: str | None = None  # ... carry all but these
     dedupe: bool = False

@@ -31,8 +31,8 @@ from shard_writer.options import PackOptions, PackSummary, ProgressFn
 from shard_writer.probe import probe_files
 from shard_writer.publish import fingerprint
 from shard_writer.scan import Scan, SourceFile
-from shard_writer.write import OnError, ShardTask
-from wdstool.base.errors import InputError
+from shard_writer.write import ShardTask
+from wdstool.base.errors import InputError, OnError
 
 log = logging.getLogger(__name__)
 __all__ = ["PackOptions", "PackSummary", "pack"]
@@ -75,7 +75,7 @@ def _pack(
     scan = hub_scan(src, options, storage_options) or scan_source(
         src, options.columns, storage_options
     )
-    if options.on_error is OnError.FAIL and scan.problems:
+    if options.on_error is OnError.RAISE and scan.problems:
         p = scan.problems[0]
         raise InputError(f"{os.path.join(scan.root, p.path)}: {p.reason}")
     if not scan.files:
@@ -88,7 +88,7 @@ def _pack(
     files, infos, skipped = (probe_hub if isinstance(scan, HubScan) else probe_files)(
         scan,
         options.encode,
-        fail=options.on_error is OnError.FAIL,
+        fail=options.on_error is OnError.RAISE,
         progress=lambda n: progress(n, 0, 0),
         pool=eng.pool,
     )

@@ -69,7 +69,7 @@ def prepare_dest(dest: Destination, fingerprint: str, options: WriteOptions) -> 
         )
         raise DestinationError(
             f"{dest.display()}: destination already holds {what}; "
-            "use --overwrite to replace it, or choose another DEST"
+            "use overwrite=True to replace it, or choose another DEST"
         )
     if manifest_raw is not None and manifest_raw.get("fingerprint") == fingerprint:
         return manifest_raw
@@ -113,7 +113,7 @@ def summary_from_manifest(
         if dest.size(entry.url) != entry.filesize:
             raise ShardError(
                 f"{dest.display(entry.url)}: missing or wrong size although index.json lists it; "
-                "run `wdstool verify`, or pack again with --overwrite"
+                "run `wdstool verify`, or pack again with overwrite=True"
             )
     return PackSummary(
         dest=dest.display(),

@@ -30,7 +30,7 @@ from typing import Any
 from wdstool.base.errors import ConfigError, WdsToolError
 
 log = logging.getLogger(__name__)
-INSTALL_HINT = "--engine ray needs Ray: pip install 'wdstool[ray]'"
+INSTALL_HINT = "engine='ray' needs Ray: pip install 'wdstool[ray]'"
 TASK_RETRIES = 3  # re-runs of a task whose worker process or node died
 CONNECT_TIMEOUT = 5.0
 
@@ -125,7 +125,7 @@ def _gcs_host_port(address: str) -> tuple[str, int] | None:
     try:
         return host.strip("[]"), int(port)
     except ValueError:
-        raise ConfigError(f"--ray-address {address}: expected HOST:PORT") from None
+        raise ConfigError(f"ray_address={address}: expected HOST:PORT") from None
 
 
 def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
@@ -137,8 +137,8 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
     except OSError as exc:
         reason = "timed out" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
         raise ConfigError(
-            f"--ray-address {address}: cannot reach a Ray cluster there ({reason}); "
-            "start one with `ray start --head`, or leave --ray-address and RAY_ADDRESS unset "
+            f"ray_address={address}: cannot reach a Ray cluster there ({reason}); "
+            "start one with `ray start --head`, or leave ray_address= and RAY_ADDRESS unset "
             "for a local instance"
         ) from None
 
@@ -176,7 +176,7 @@ def ray_executor(address: str | None, num_cpus: int) -> Iterator[RayExecutor]:
             else:
                 ray.init(address=address, **kwargs)
         except ConnectionError as exc:
-            raise ConfigError(f"--ray-address {address}: {' '.join(str(exc).split())}") from None
+            raise ConfigError(f"ray_address={address}: {' '.join(str(exc).split())}") from None
         try:
             yield RayExecutor(ray)
         finally:

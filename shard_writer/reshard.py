@@ -35,8 +35,7 @@ from shard_writer.options import PackSummary, ProgressFn, ReshardOptions
 from shard_writer.probe import EncodeOptions
 from shard_writer.reshard_plan import Carried, Selecting, Selection, merge_source_classes, select
 from shard_writer.tar_sources import ShardScan, SourceSet, resolve_srcs, scan_shard
-from shard_writer.write import OnError
-from wdstool.base.errors import ConfigError, InputError
+from wdstool.base.errors import ConfigError, InputError, OnError
 from wdstool.base.urls import local_path
 from wdstool.format.manifest import resolve_shard_url
 
@@ -176,14 +175,14 @@ def _folder(url: str) -> str:
 
 
 def _not_into_a_source(sets: Sequence[SourceSet], dest: str) -> None:
-    """A SRC's shards in DEST would be overwritten (--overwrite) or mixed with the result."""
+    """A SRC's shards in DEST would be overwritten (``overwrite``) or mixed with the result."""
     where = _folder(dest)
     for s in sets:
         for url in s.urls:
             if _folder(url).rsplit("/", 1)[0] == where:
                 raise ConfigError(
                     f"{dest}: holds shards of SRC {s.name} ({url}); reshard into another "
-                    "folder (use --append to add to a data set)"
+                    "folder (use append=True to add to a data set)"
                 )
 
 
@@ -193,17 +192,17 @@ def _selecting(
     lists: dict[str, str | None] = {"keys": None, "exclude_keys": None}
     keys = exclude = None
     if options.keys is not None:
-        keys, lists["keys"] = read_keys(options.keys, "--keys", storage_options)
+        keys, lists["keys"] = read_keys(options.keys, "keys", storage_options)
     if options.exclude_keys is not None:
         exclude, lists["exclude_keys"] = read_keys(
-            options.exclude_keys, "--exclude-keys", storage_options
+            options.exclude_keys, "exclude_keys", storage_options
         )
     how = Selecting(
         keys=keys,
         exclude=exclude,
         dedupe=options.dedupe,
         rename=options.rename_collisions,
-        fail=options.on_error is OnError.FAIL,
+        fail=options.on_error is OnError.RAISE,
     )
     return how, lists
 

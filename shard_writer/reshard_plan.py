@@ -166,7 +166,7 @@ def select(
         if key in seen:
             if not how.rename or n < existing:
                 raise InputError(
-                    f"key {key!r} is in both {seen[key]} and {url}; pass --rename-collisions "
+                    f"key {key!r} is in both {seen[key]} and {url}; pass rename_collisions=True "
                     "to keep both (the later one as KEY_<n>), or leave one out"
                 )
             k = 1
@@ -177,12 +177,12 @@ def select(
         seen[new_key] = url
         if n >= existing:
             out.samples.append(_carried(new_key, group.founds))
-    for wanted, flag in ((how.keys, "--keys"), (how.exclude, "--exclude-keys")):
+    for wanted, setting in ((how.keys, "keys"), (how.exclude, "exclude_keys")):
         unknown = sorted(wanted - matched) if wanted is not None else []
         if unknown:
             shown = ", ".join(repr(k) for k in unknown[:3])
             raise InputError(
-                f"{flag}: {len(unknown)} key(s) name no sample of the sources, e.g. {shown}"
+                f"{len(unknown)} key(s) of {setting}= name no sample of the sources, e.g. {shown}"
             )
     return out
 

@@ -35,22 +35,26 @@ def parse_fractions(text: str) -> tuple[tuple[str, float], ...]:
     for part in text.split(","):
         name, eq, value = part.strip().partition("=")
         if not eq or not name.strip():
-            raise ConfigError(f"--fractions {text!r}: expected NAME=FRACTION,... (got {part!r})")
+            raise ConfigError(f"fractions={text!r}: expected NAME=FRACTION,... (got {part!r})")
         name = name.strip()
         if not _NAME.match(name) or name in (".", ".."):
-            raise ConfigError(f"--fractions: split name {name!r}: use letters, digits, _ - .")
+            raise ConfigError(
+                f"fractions={text!r}: split name {name!r}: use letters, digits, _ - ."
+            )
         try:
             fraction = float(value)
         except ValueError:
-            raise ConfigError(f"--fractions: {name}={value!r} is not a number") from None
+            raise ConfigError(
+                f"fractions={text!r}: split {name!r}: {value!r} is not a number"
+            ) from None
         if not fraction > 0 or not math.isfinite(fraction):
-            raise ConfigError(f"--fractions: {name}={value} must be a number > 0")
+            raise ConfigError(f"fractions={text!r}: split {name!r}: {value} must be a number > 0")
         if name in dict(out):
-            raise ConfigError(f"--fractions: split {name!r} is named twice")
+            raise ConfigError(f"fractions={text!r}: split {name!r} is named twice")
         out.append((name, fraction))
     total = math.fsum(f for _, f in out)
     if abs(total - 1.0) > 1e-9:
-        raise ConfigError(f"--fractions {text!r}: the fractions sum to {total:g}, not 1")
+        raise ConfigError(f"fractions={text!r}: the fractions sum to {total:g}, not 1")
     return tuple(out)
 
 
@@ -80,7 +84,7 @@ def split(
     as :func:`parse_fractions` gives them); a summary per split."""
     options = options or ReshardOptions()
     if options.append:
-        raise ConfigError("split writes new data sets; --append is for pack and reshard")
+        raise ConfigError("split writes new data sets; append=True is for pack and reshard")
     src, dest_url = absolute(src, options), absolute(dest_url, options)
     progress = progress or (lambda *_: None)
     with engine(options) as eng:

@@ -20,7 +20,8 @@ from wdstool.base.errors import ShardError, UnsafeMembersError, WdsToolError
 from wdstool.base.remote import open_shard
 from wdstool.format.images import IMAGE_EXTENSIONS
 from wdstool.format.manifest import Manifest, load_manifest, manifest_url_for, resolve_shard_url
-from wdstool.format.tar_read import ObservedTarSampleReader, TarMember, TarSampleReader
+from wdstool.format.shard_formats import TAR, format_for
+from wdstool.format.tar_read import ObservedTarSampleReader, TarMember
 from wdstool.format.tar_safety import printable_name, unsafe_reasons
 
 
@@ -83,7 +84,7 @@ def inspect_dataset(source: str, *, nkeys: int = 5, storage_options: dict | None
     if nkeys and manifest.shards:
         url = resolve_shard_url(base, manifest.shards[0].url)
         with open_shard(url, storage_options) as f:
-            for sample in TarSampleReader(f, url, keep=lambda ext: False):
+            for sample in format_for(url).read(f, url, keep=lambda ext: False):
                 keys.append(sample.key)
                 if len(keys) >= nkeys:
                     break
@@ -212,7 +213,13 @@ def verify_shard(
                 if on_unsafe is not None:
                     on_unsafe(problem)
 
-        for sample in ObservedTarSampleReader(reader, url, on_member=check_member):
+        fmt = format_for(url)  # member safety (for tar -x) is a tar question
+        samples = (
+            ObservedTarSampleReader(reader, url, on_member=check_member)
+            if fmt is TAR
+            else fmt.read(reader, url)
+        )
+        for sample in samples:
             if sample.key in seen:
                 raise ShardError(f"{url}: duplicate key {sample.key!r}")
             seen.add(sample.key)
@@ -283,7 +290,7 @@ def verify_dataset(
             f"{report['manifest']}: {len(unsafe)} member(s) in {shards} of "
             f"{len(manifest.shards)} shard(s) are unsafe to extract with tar -x (absolute or "
             "'..' names, links, devices, FIFOs or non-UTF-8 names); re-pack, or accept them "
-            "with --allow-unsafe-names",
+            "with allow_unsafe_names=True",
             report,
         )
     return report

@@ -16,7 +16,6 @@ import queue
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, BinaryIO
 
 from shard_writer.dest import STATE_DIR, Destination, ETagHasher
@@ -27,11 +26,6 @@ from shard_writer.probe import EncodeOptions, payload_for
 from shard_writer.scan import describe
 from wdstool.base.errors import DestinationError, InputError
 from wdstool.format.tar_write import END, write_member
-
-
-class OnError(StrEnum):
-    SKIP = "skip"
-    FAIL = "fail"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -3,7 +3,9 @@ upward import breaks them with the contract's name, and modules stay small enoug
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -69,3 +71,31 @@ def test_modules_fit_in_a_head() -> None:
             if n > MAX_LINES:
                 too_long[str(path.relative_to(ROOT))] = n
     assert not too_long, f"split these by idea: {too_long}"
+
+
+_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z-]+")
+_QUOTED = re.compile(r"`[^`]*`")  # another tool's command line (`ray start --head`) may say one
+_LOG_CALLS = ("debug", "info", "warning", "error", "exception", "critical")
+
+
+def test_library_errors_speak_library_words() -> None:
+    """An error or log line raised below the CLI names settings as the library takes them
+    (``prefix=``, ``overwrite=True``), never as a CLI flag (``--prefix``): a Python user has
+    no flags, and the CLI translates (wdstool/cli/common.py, ``flag_words``)."""
+    found = []
+    for name in ("shard_writer", "loaders", "wdstool/format", "wdstool/base", "wdstool/show"):
+        for path in sorted((ROOT / name).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, ast.Call):
+                    continue
+                func = getattr(node.func, "id", getattr(node.func, "attr", ""))
+                if not (func.endswith(("Error", "Exception")) or func in _LOG_CALLS):
+                    continue
+                found += [
+                    f"{path.relative_to(ROOT)}:{sub.lineno}: {sub.value!r}"
+                    for sub in ast.walk(node)
+                    if isinstance(sub, ast.Constant)
+                    and isinstance(sub.value, str)
+                    and _FLAG.search(_QUOTED.sub("", sub.value))
+                ]
+    assert not found, "\n".join(found)

@@ -107,7 +107,7 @@ def warm_page_cache(data: Path) -> int:
 
 
 def machine() -> dict[str, Any]:
-    from loaders.bench.summary import host_info
+    from wdstool.base.host import host_info
 
     versions = {}
     for name in PACKAGES:

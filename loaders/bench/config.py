@@ -34,7 +34,7 @@ class BenchConfig:
     cache_dir: str | None = None
     cache_limit: int | None = None
     transform: Callable[[Any], Any] | None = field(default=None, compare=False)
-    transform_name: str = "default"  # what --transform named (a preset or module:attr)
+    transform_name: str = "default"  # what the transform was named (a preset or module:attr)
     label: str | None = "cls"
     fields: tuple[tuple[str, str], ...] = ()  # (batch key, member spec)
     tokenize: str | None = None  # a field whose text the stand-in tokenizer turns into ids
@@ -52,24 +52,25 @@ class BenchConfig:
         if self.batch_size < 1 or self.repeats < 1 or self.epochs < 1 or self.warmup < 0:
             raise ConfigError("batch size, repeats and epochs must be >= 1, warmup >= 0")
         if not self.workers or min(self.workers) < 0:
-            raise ConfigError(f"--workers must list counts >= 0, got {self.workers}")
+            raise ConfigError(f"workers={self.workers}: list worker counts >= 0")
         if self.batches is not None and self.batches < 1:
-            raise ConfigError(f"--batches must be >= 1, got {self.batches}")
+            raise ConfigError(f"batches={self.batches}: must be >= 1")
         if self.step_ms < 0:
-            raise ConfigError(f"--step-ms must be >= 0, got {self.step_ms}")
+            raise ConfigError(f"step_ms={self.step_ms}: must be >= 0")
         if self.transform is None and not self.train and (self.imagefolder or self.webdataset):
             raise ConfigError(
-                "--eval: the imagefolder and webdataset baselines run the train augmentation; "
-                "compare the eval path with --compare exact, or give it as --transform"
+                "train=False: the imagefolder and webdataset baselines run the train "
+                "augmentation; compare the eval path with exact=True, or give it as transform="
             )
         if self.webdataset_fast and (self.transform is not None or not self.train):
             raise ConfigError(
-                "--compare webdataset-fast runs the built-in train recipe; with --transform or "
-                "--eval compare with webdataset"
+                "webdataset_fast=True runs the built-in train recipe; with transform= or "
+                "train=False compare with webdataset=True"
             )
         if self.exact and not self.scaled_decode:
-            raise ConfigError("--compare exact with --exact-decode would compare a run with itself")
+            raise ConfigError("exact=True with scaled_decode=False would compare a run with itself")
         if self.tokenize is not None and self.tokenize not in dict(self.fields):
             raise ConfigError(
-                f"--tokenize {self.tokenize}: request that field too (--field {self.tokenize}=txt)"
+                f"tokenize={self.tokenize!r}: request that field too, as text (field "
+                f"{self.tokenize!r} with spec 'txt')"
             )

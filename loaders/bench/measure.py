@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from wdstool.base.host import usable_cores
+
 
 @dataclass(kw_only=True)
 class RunResult:
@@ -227,7 +229,7 @@ def measure(
         result.idle_pct = 100 * sum(waits) / 1000 / elapsed
         cpu_end = _cpu([os.getpid(), *pids])
         if cpu_start is not None and cpu_end is not None:
-            result.cpu_util_pct = 100 * (cpu_end - cpu_start) / elapsed / (os.cpu_count() or 1)
+            result.cpu_util_pct = 100 * (cpu_end - cpu_start) / elapsed / usable_cores()
     result.waits = waits
     result.wait_ms = percentiles(waits)
     if len(waits) > 2:

@@ -3,35 +3,14 @@ the ceiling's efficiency, the recommendation, the recipe that ran and the machin
 
 from __future__ import annotations
 
-import os
-import platform
 import statistics
 from typing import Any
 
 from loaders.bench.config import BenchConfig
 from loaders.bench.measure import RunResult, recommend
 from loaders.bench.report import PIPELINES
+from wdstool.base.host import host_info
 from wdstool.format.decode import PARTIAL_DECODE, whole_decoder
-
-
-def host_info() -> dict[str, Any]:
-    """The machine a benchmark ran on: cores this process may use, CPU model, OS, Python."""
-    model = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(
-                (ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), model
-            )
-    except OSError:
-        pass
-    return {
-        "cores": len(os.sched_getaffinity(0))
-        if hasattr(os, "sched_getaffinity")
-        else os.cpu_count(),
-        "cpu_model": model,
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-    }
 
 
 def machine_info() -> dict[str, Any]:
@@ -96,18 +75,15 @@ def summarize(
                 "wait_p99_ms": statistics.median(r.wait_ms.get("p99", 0) for r in rs),
                 "idle_pct": statistics.median(r.idle_pct for r in rs),
             }
-            rss = [r.worker_peak_rss_mb for r in rs if r.worker_peak_rss_mb is not None]
-            private = [r.worker_private_mb for r in rs if r.worker_private_mb is not None]
-            if rss:
-                row["worker_peak_rss_mb"] = statistics.median(rss)
-            if private:
-                row["worker_private_mb"] = statistics.median(private)
-            pss = [r.peak_pss_mb for r in rs if r.peak_pss_mb is not None]
-            anon = [r.peak_pss_anon_mb for r in rs if r.peak_pss_anon_mb is not None]
-            if pss:
-                row["peak_pss_mb"] = statistics.median(pss)
-            if anon:
-                row["peak_pss_anon_mb"] = statistics.median(anon)
+            for what in (
+                "worker_peak_rss_mb",
+                "worker_private_mb",
+                "peak_pss_mb",
+                "peak_pss_anon_mb",
+            ):
+                seen = [getattr(r, what) for r in rs if getattr(r, what) is not None]
+                if seen:  # memory figures exist only where they were measured
+                    row[what] = statistics.median(seen)
             if name == "wdstool" and w in ceilings and ceilings[w]["samples_per_s"]:
                 row["efficiency"] = row["samples_per_s"] / ceilings[w]["samples_per_s"]
             summary.append(row)

@@ -109,19 +109,19 @@ def resolve_transform(spec: str, image_size: int) -> Choice:
         return Choice(spec, None if factory is None else factory(image_size), train)
     if ":" not in spec:
         names = ", ".join(PRESETS)
-        raise ConfigError(f"--transform {spec!r}: not a preset ({names}) nor module:attr")
+        raise ConfigError(f"transform={spec!r}: not a preset ({names}) nor module:attr")
     module_name, _, attr = spec.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigError(f"--transform {spec!r}: cannot import {module_name!r}: {exc}") from None
+        raise ConfigError(f"transform={spec!r}: cannot import {module_name!r}: {exc}") from None
     obj: Any = module
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise ConfigError(f"--transform {spec!r}: {module_name!r} has no attribute {attr!r}")
+            raise ConfigError(f"transform={spec!r}: {module_name!r} has no attribute {attr!r}")
         obj = getattr(obj, part)
     if not callable(obj):
-        raise ConfigError(f"--transform {spec!r}: {type(obj).__name__} is not callable")
+        raise ConfigError(f"transform={spec!r}: {type(obj).__name__} is not callable")
     return Choice(spec, obj, True)
 
 

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from tests.conftest import jpeg_bytes
 from tests.counting import CountingReader
 from wdstool.base.errors import ShardError
-from wdstool.format.tar_read import TarSampleReader, count_samples
+from wdstool.format.shard_formats import count_samples
+from wdstool.format.tar_read import TarSampleReader
 
 
 def build_tar(

@@ -1,4 +1,5 @@
-"""Every kind of bad input, under --on-error skip (left out, listed) and fail (one line, nothing published)."""
+"""Every kind of bad input, under --on-error skip (left out, listed) and raise (one line,
+nothing published; "fail", its older name, still works)."""
 
 from __future__ import annotations
 
@@ -79,8 +80,13 @@ def test_skip_policy_leaves_bad_inputs_out_and_lists_them(bad_tree: Path, tmp_pa
     assert "cat/bad-\\xff\\xfe-utf8.jpg" in paths
 
 
-@pytest.mark.parametrize("rel", sorted(BAD))
-def test_fail_policy_names_the_file_and_publishes_nothing(rel: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("rel", "word"),  # half the cases say raise, half its older name: both must behave alike
+    [(rel, ("raise", "fail")[i % 2]) for i, rel in enumerate(sorted(BAD))],
+)
+def test_raise_policy_names_the_file_and_publishes_nothing(
+    rel: str, word: str, tmp_path: Path
+) -> None:
     src = make_tree(tmp_path / "src", {"cat": 3, "dog": 3})
     create, _fragment = BAD[rel]
     create(src / rel)
@@ -90,7 +96,7 @@ def test_fail_policy_names_the_file_and_publishes_nothing(rel: str, tmp_path: Pa
         str(src),
         str(dest),
         "--on-error",
-        "fail",
+        word,
         "--workers",
         "2",
         "--max-count",
@@ -104,6 +110,28 @@ def test_fail_policy_names_the_file_and_publishes_nothing(rel: str, tmp_path: Pa
     assert not (dest / "index.json").exists()
     leftovers = [p.name for p in dest.glob("*")] if dest.exists() else []
     assert not [n for n in leftovers if ".tmp-" in n]
+
+
+def test_one_on_error_vocabulary_for_writers_and_loaders(tmp_path: Path) -> None:
+    """pack, reshard and the loader take the same two words; a writer still records "fail" for
+    raise in index.json (the word it recorded before), so data sets written then keep their
+    fingerprint and a rerun over them is still the same data set."""
+    from loaders.config import LoaderConfig
+    from shard_writer import OnError, PackOptions, ReshardOptions, pack
+    from wdstool.base.errors import ConfigError
+
+    assert [e.value for e in OnError] == ["raise", "skip"]
+    assert PackOptions().on_error is OnError.SKIP and ReshardOptions().on_error is OnError.RAISE
+    assert LoaderConfig(on_error="skip").on_error is OnError.SKIP
+    assert PackOptions(on_error="raise").on_error is OnError.RAISE
+    with pytest.raises(ConfigError, match=r"^on_error='fail' is not one of 'raise', 'skip'$"):
+        PackOptions(on_error="fail")  # the CLI's alias only; the library has one word per policy
+    with pytest.raises(ConfigError, match=r"^on_error='fail' is not one of 'raise', 'skip'$"):
+        LoaderConfig(on_error="fail")
+    src = make_tree(tmp_path / "src", {"cat": 2, "dog": 2})
+    pack(str(src), str(tmp_path / "out"), PackOptions(on_error=OnError.RAISE, workers=1))
+    manifest = json.loads((tmp_path / "out" / "index.json").read_text())
+    assert manifest["pack_options"]["on_error"] == "fail"
 
 
 def test_verify_decode_catches_corrupt_data_behind_a_valid_header(tmp_path: Path) -> None:

@@ -151,7 +151,7 @@ def test_pack_warns_when_images_come_in_several_formats(tmp_path: Path, caplog) 
     assert [r.getMessage() for r in caplog.records] == [
         f"{listing}: the images are in 2 formats (5 KEY.jpg, 1 KEY.png), so samples carry "
         "different image members; readers that take their columns from the first samples "
-        "(Hugging Face datasets) miss the others. --quality Q re-encodes every image as JPEG "
+        "(Hugging Face datasets) miss the others. quality=Q re-encodes every image as JPEG "
         "(KEY.jpg)"
     ]
     caplog.clear()

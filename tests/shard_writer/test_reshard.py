@@ -102,7 +102,7 @@ def test_keys_and_exclude_keys_select_samples(sources, tmp_path: Path) -> None:
         "reshard", str(ours), str(tmp_path / "x"), "--keys", str(tmp_path / "bad.txt"), check=False
     )
     assert r.returncode == 1 and r.stderr.count("\n") == 1
-    assert "--keys: 1 key(s) name no sample" in r.stderr and "'no_such_key'" in r.stderr
+    assert "1 key(s) of --keys name no sample" in r.stderr and "'no_such_key'" in r.stderr
     assert not (tmp_path / "x").exists() or not any((tmp_path / "x").glob("*.tar"))
 
 

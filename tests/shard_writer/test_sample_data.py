@@ -86,5 +86,5 @@ def test_size_option(tmp_path: Path) -> None:
     for bad in ("10x10", "1600", "wide"):
         proc = run_cli("sample-data", str(tmp_path / "x"), "--size", bad, check=False)
         assert proc.returncode != 0 and "--size" in proc.stderr and "Traceback" not in proc.stderr
-    with pytest.raises(ConfigError, match="--size"):
+    with pytest.raises(ConfigError, match=r"^size=\(8, 8\): must be \(width, height\)"):
         generate_sample_data(tmp_path / "y", images=1, classes=1, size=(8, 8))

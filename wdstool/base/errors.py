@@ -8,7 +8,19 @@ and, where there is one, the fix.
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 import click
+
+
+class OnError(StrEnum):
+    """What a bad input does, on both sides (``on_error=`` of pack, reshard, split and
+    ``make_loader``). ``raise``: a one-line error naming it (a writer publishes nothing).
+    ``skip``: a writer leaves it out and lists it in ``index.json`` (``skipped``); a loader
+    replaces the sample, counts it and logs its shard and offset."""
+
+    RAISE = "raise"
+    SKIP = "skip"
 
 
 class WdsToolError(click.ClickException):

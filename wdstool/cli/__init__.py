@@ -15,6 +15,8 @@ import click
 
 from wdstool import __version__
 from wdstool.base.credentials import ScrubbingFilter
+from wdstool.base.errors import WdsToolError
+from wdstool.cli.flag_words import FlagWordsFilter, flag_words
 from wdstool.cli.index import index_cmd
 from wdstool.cli.inspect import inspect_cmd, verify_cmd
 from wdstool.cli.pack import pack_cmd
@@ -25,7 +27,24 @@ from wdstool.cli.split import split_cmd
 from wdstool.cli.stream_bench import stream_bench_cmd
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class _Commands(click.Group):
+    """The group: a library error that reaches it speaks the library's words for settings
+    (``prefix=``); it leaves in the running command's flags (``--prefix``)."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except WdsToolError as exc:
+            command = self.commands.get(ctx.invoked_subcommand or "")
+            if command is not None:
+                exc.message = flag_words(command)(exc.message)
+            raise
+
+
+@click.group(
+    cls=_Commands,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.version_option(__version__, prog_name="wdstool")
 @click.option(
     "-v",
@@ -52,6 +71,9 @@ def cli(verbose: int) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("wdstool: %(levelname)s: %(message)s"))
     handler.addFilter(ScrubbingFilter())  # credentials never reach a log line
+    command = cli.commands.get(click.get_current_context().invoked_subcommand or "")
+    if command is not None:  # the library's log lines in this command's flags
+        handler.addFilter(FlagWordsFilter(flag_words(command)))
     logging.basicConfig(level=level, handlers=[handler])
     if verbose < 3:  # SDK and HTTP internals only with -vvv
         for name in ("botocore", "aiobotocore", "urllib3", "s3fs", "fsspec", "aiohttp"):

@@ -1,4 +1,4 @@
-"""What every command shares: S3 options, progress bars, JSON output."""
+"""What every command shares: S3 options, progress bars, ``--field`` specs, JSON output."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import sys
 from typing import Any
 
 import click
+
+from wdstool.base.errors import ConfigError
 
 
 def progress_enabled(quiet: bool) -> bool:
@@ -36,6 +38,17 @@ def storage_options_from_cli(f):
         return f(*args, storage_options=options or None, **kwargs)
 
     return wrapper
+
+
+def field_specs(items: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """``--field NAME=SPEC`` options (repeatable) as (name, spec) pairs."""
+    pairs = []
+    for item in items:
+        name, sep, spec = item.partition("=")
+        if not sep or not name or not spec:
+            raise ConfigError(f"--field {item!r}: write NAME=SPEC, e.g. caption=txt")
+        pairs.append((name, spec))
+    return tuple(pairs)
 
 
 def emit_json(obj: Any) -> None:

@@ -74,7 +74,7 @@ def index_cmd(
         return
     from tqdm import tqdm
 
-    from shard_writer.index import write_dali_indexes
+    from shard_writer import write_dali_indexes
 
     bar = tqdm(
         total=None,
@@ -112,7 +112,7 @@ def _timm(
 ) -> None:
     if out is not None:
         raise ConfigError("--out applies to --dali; timm reads _info.json from ROOT itself")
-    from shard_writer.timm_index import write_timm_info
+    from shard_writer import write_timm_info
 
     summary = write_timm_info(root, storage_options=storage_options)
     if as_json:

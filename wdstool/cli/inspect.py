@@ -8,17 +8,21 @@ from typing import Any
 import click
 
 from wdstool.base.params import format_size
-from wdstool.cli.common import emit_json, progress_enabled, storage_options_from_cli
+from wdstool.cli.common import (
+    emit_json,
+    progress_enabled,
+    storage_options_from_cli,
+)
+from wdstool.cli.defaults import library_option
 
 
 @click.command("inspect")
 @click.argument("source", type=str)
-@click.option(
+@library_option(
+    "shard_writer:inspect_dataset",
     "--keys",
     "nkeys",
     type=click.IntRange(min=0),
-    default=5,
-    show_default=True,
     help="How many sample keys to show.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON on stdout.")
@@ -31,7 +35,7 @@ def inspect_cmd(
 
     SOURCE is a folder or prefix holding index.json, or the manifest's own path/URL.
     """
-    from shard_writer.verify import inspect_dataset
+    from shard_writer import inspect_dataset
 
     info = inspect_dataset(source, nkeys=nkeys, storage_options=storage_options)
     if as_json:
@@ -102,7 +106,7 @@ def verify_cmd(
     """
     from tqdm import tqdm
 
-    from shard_writer.verify import UnsafeMember, verify_dataset
+    from shard_writer import UnsafeMember, verify_dataset
     from wdstool.base.errors import UnsafeMembersError
 
     def on_unsafe(problem: UnsafeMember) -> None:

@@ -7,17 +7,21 @@ from typing import Any
 import click
 
 from wdstool.cli.common import storage_options_from_cli
-from wdstool.cli.writing import print_summary, run_with_progress, write_options
+from wdstool.cli.defaults import library_option
+from wdstool.cli.writing import options_from, print_summary, run_with_progress, write_options
+
+OPTIONS = "shard_writer:PackOptions"  # the defaults of every option that has a setting there
 
 
 @click.command("pack")
 @click.argument("src", type=str)
 @click.argument("dest", type=str)
 @write_options(
-    on_error="skip",
+    defaults=OPTIONS,
     what="the source order (ImageFolder order: class-sorted shards; a listing: its row order)",
 )
-@click.option(
+@library_option(
+    OPTIONS,
     "--verify-decode",
     is_flag=True,
     help="Fully decode every image (catches truncated data); by default only the "
@@ -29,62 +33,36 @@ from wdstool.cli.writing import print_summary, run_with_progress, write_options
     help="Finish an interrupted pack (also what a plain rerun does): complete shards "
     "are kept after checking their size and sha256.",
 )
-@click.option(
+@library_option(
+    OPTIONS,
     "--path-column",
-    default=None,
     metavar="NAME",
     help="Listing SRC: the column holding the image paths [default: path].",
 )
-@click.option(
+@library_option(
+    OPTIONS,
     "--label-column",
-    default=None,
     metavar="NAME",
     help="Listing SRC: the column holding labels (ints, or class names indexed in sorted "
     "order) [default: label, if there is one].",
 )
-@click.option(
+@library_option(
+    OPTIONS,
     "--caption-column",
-    default=None,
     metavar="NAME",
     help="Listing SRC: the column holding captions, stored as KEY.txt in every sample (empty "
     "where a row has none) [default: caption, if there is one].",
 )
-@click.option(
+@library_option(
+    OPTIONS,
     "--image-column",
-    default=None,
     metavar="NAME",
     help="Parquet SRC with the images in a column (Hub style): the column holding them, as "
     '{"bytes", "path"} structs or raw bytes [default: image, when the file has no path '
     "column]. Streamed row group by row group.",
 )
 @storage_options_from_cli
-def pack_cmd(
-    src: str,
-    dest: str,
-    max_count: int,
-    max_size: int,
-    prefix: str,
-    workers: int | None,
-    seed: int,
-    shuffle: bool,
-    max_side: int | None,
-    quality: int | None,
-    on_error: str,
-    verify_decode: bool,
-    overwrite: bool,
-    append: bool,
-    resume: bool,
-    sync: bool,
-    engine: str,
-    ray_address: str | None,
-    path_column: str | None,
-    label_column: str | None,
-    caption_column: str | None,
-    image_column: str | None,
-    as_json: bool,
-    quiet: bool,
-    storage_options: dict[str, Any] | None,
-) -> None:
+def pack_cmd(src: str, dest: str, storage_options: dict[str, Any] | None, **params: Any) -> None:
     """Convert SRC into tar shards in DEST. SRC is either
 
     \b
@@ -117,32 +95,14 @@ def pack_cmd(
     keys numbered on, class names already there keep their indices); a loader over DEST reads
     every version, and `wdstool inspect DEST` lists them.
     """
-    from shard_writer.pack import PackOptions, pack
+    from shard_writer import PackOptions, pack
 
-    options = PackOptions(
-        prefix=prefix,
-        max_count=max_count,
-        max_size=max_size,
-        shuffle=shuffle,
-        seed=seed,
-        workers=workers,
-        on_error=on_error,
-        verify_decode=verify_decode,
-        max_side=max_side,
-        quality=quality,
-        overwrite=overwrite,
-        append=append,
-        sync=sync,
-        engine=engine,
-        ray_address=ray_address,
-        path_column=path_column,
-        label_column=label_column,
-        caption_column=caption_column,
-        image_column=image_column,
-    )
+    options = options_from(PackOptions, params)
     summary = run_with_progress(
-        quiet,
+        params["quiet"],
         "pack",
         lambda **report: pack(src, dest, options, storage_options=storage_options, **report),
     )
-    print_summary(summary, as_json=as_json, quiet=quiet, verb="packed", noun="images")
+    print_summary(
+        summary, as_json=params["as_json"], quiet=params["quiet"], verb="packed", noun="images"
+    )

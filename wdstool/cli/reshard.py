@@ -2,42 +2,43 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import click
 
 from wdstool.cli.common import storage_options_from_cli
-from wdstool.cli.writing import print_summary, run_with_progress, write_options
+from wdstool.cli.defaults import library_option
+from wdstool.cli.writing import options_from, print_summary, run_with_progress, write_options
+
+OPTIONS = "shard_writer:ReshardOptions"  # reshard's and split's defaults
 
 
 def selection_options(f: Any) -> Any:
     """Which samples reshard and split carry, and under which keys."""
-    for option in reversed(
+    option = functools.partial(library_option, OPTIONS)
+    for add in reversed(
         [
-            click.option(
+            option(
                 "--keys",
-                "keys_file",
-                default=None,
                 metavar="FILE",
                 help="Carry only the samples whose keys this file lists (one key a line; a "
                 "local path or URL). A key naming no sample is an error.",
             ),
-            click.option(
+            option(
                 "--exclude-keys",
-                "exclude_file",
-                default=None,
                 metavar="FILE",
                 help="Carry every sample but those whose keys this file lists (one key a "
                 "line). A key naming no sample is an error.",
             ),
-            click.option(
+            option(
                 "--dedupe",
                 is_flag=True,
                 help="Drop exact duplicates (same sha256 of the image member): the first one "
                 "is kept, the others listed in index.json 'skipped'. Reads every image once "
                 "more.",
             ),
-            click.option(
+            option(
                 "--rename-collisions",
                 is_flag=True,
                 help="A key already seen (in an earlier SRC, elsewhere in the same one, or in "
@@ -46,32 +47,24 @@ def selection_options(f: Any) -> Any:
             ),
         ]
     ):
-        f = option(f)
+        f = add(f)
     return f
-
-
-_SHARED = (
-    *("prefix", "max_count", "max_size", "shuffle", "seed", "workers", "on_error", "max_side"),
-    *("quality", "overwrite", "sync", "engine", "ray_address", "dedupe", "rename_collisions"),
-)
 
 
 def reshard_options(params: dict[str, Any]) -> Any:
     """ReshardOptions from the parsed options of reshard or split."""
-    from shard_writer.options import ReshardOptions
+    from shard_writer import ReshardOptions
 
-    return ReshardOptions(
-        **{name: params[name] for name in _SHARED},
-        append=params.get("append", False),
-        keys=params["keys_file"],
-        exclude_keys=params["exclude_file"],
-    )
+    return options_from(ReshardOptions, params)
 
 
 @click.command("reshard")
 @click.argument("srcs", nargs=-1, required=True, type=str, metavar="SRC...")
 @click.argument("dest", type=str)
-@write_options(on_error="fail", what="the sources' order (SRC after SRC, shard after shard)")
+@write_options(
+    defaults="shard_writer:ReshardOptions",
+    what="the sources' order (SRC after SRC, shard after shard)",
+)
 @selection_options
 @storage_options_from_cli
 def reshard_cmd(
@@ -99,10 +92,10 @@ def reshard_cmd(
 
     The same sources and options always give byte-identical shards, whatever --workers;
     an interrupted reshard finishes when run again; index.json is written last. --on-error
-    defaults to fail here: skip lists a damaged or missing shard and keeps what was read
+    defaults to raise here: skip lists a damaged or missing shard and keeps what was read
     before the damage. SRC and DEST may be local or any fsspec URL (s3://bucket/prefix).
     """
-    from shard_writer.reshard import reshard
+    from shard_writer import reshard
 
     options = reshard_options(params)
     summary = run_with_progress(

@@ -6,39 +6,40 @@ import click
 
 from wdstool.base.params import DIMENSIONS, format_size
 from wdstool.cli.common import progress_enabled
+from wdstool.cli.defaults import library_option
+
+LIBRARY = "shard_writer:generate_sample_data"  # its keywords' defaults are the options'
 
 
 @click.command("sample-data")
 @click.argument("dest", type=click.Path(file_okay=False))
-@click.option(
+@library_option(
+    LIBRARY,
     "--images",
     "-n",
     type=click.IntRange(min=1),
-    default=2000,
-    show_default=True,
     help="Number of images to write.",
 )
-@click.option(
+@library_option(
+    LIBRARY,
     "--classes",
     "-c",
     type=click.IntRange(min=1),
-    default=10,
-    show_default=True,
     help="Number of class folders (class_000, class_001, ...).",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Same seed, same bytes.")
-@click.option(
+@library_option(LIBRARY, "--seed", type=int, help="Same seed, same bytes.")
+@library_option(
+    LIBRARY,
     "--size",
     type=DIMENSIONS,
-    default="450x380",
-    show_default=True,
+    shown=lambda wh: f"{wh[0]}x{wh[1]}",
     help="Nominal WIDTHxHEIGHT of the images (each side varies by about +-11%), e.g. 1600x1200 "
     "for large-image benchmarks.",
 )
-@click.option(
+@library_option(
+    LIBRARY,
     "--workers",
     type=click.IntRange(min=1),
-    default=None,
     help="Processes to use [default: usable cores].",
 )
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar, no summary.")
@@ -58,7 +59,7 @@ def sample_data_cmd(
     about 450x380 px (or --size), JPEG quality 90, ~100 KB each at the default size, an
     ImageNet-like decode cost.
     """
-    from shard_writer.sample_data import generate_sample_data
+    from shard_writer import generate_sample_data
 
     summary = generate_sample_data(
         dest,

@@ -10,7 +10,12 @@ import click
 
 from wdstool.base.errors import ConfigError
 from wdstool.base.params import format_size
-from wdstool.cli.common import emit_json, progress_enabled, storage_options_from_cli
+from wdstool.cli.common import (
+    emit_json,
+    field_specs,
+    progress_enabled,
+    storage_options_from_cli,
+)
 from wdstool.show.config import HEADERS_PER_SAMPLE, WALK_SHARE, ShowConfig
 
 _D = ShowConfig()
@@ -142,12 +147,6 @@ def show_cmd(
     """
     if out_dir is None and png is None and not as_json:
         raise ConfigError("say what to write: --out DIR (the report), --png FILE and/or --json")
-    pairs = []
-    for item in fields:
-        name, sep, spec = item.partition("=")
-        if not sep or not name or not spec:
-            raise ConfigError(f"--field {item!r}: write NAME=SPEC, e.g. caption=txt")
-        pairs.append((name, spec))
     config = ShowConfig(
         samples=samples,
         seed=seed,
@@ -156,7 +155,7 @@ def show_cmd(
         eval_transform=None if eval_transform.lower() == "none" else eval_transform,
         image_size=image_size,
         label=None if label.lower() == "none" else label,
-        fields=tuple(pairs),
+        fields=field_specs(fields),
         header_samples=header_samples,
     )
     from tqdm import tqdm

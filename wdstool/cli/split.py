@@ -20,7 +20,9 @@ from wdstool.cli.writing import print_summary, run_with_progress, write_options
     metavar="NAME=F,...",
     help="The splits and their shares, summing to 1, e.g. train=0.98,validation=0.02.",
 )
-@write_options(on_error="fail", what="the source order within each split", append=False)
+@write_options(
+    defaults="shard_writer:ReshardOptions", what="the source order within each split", append=False
+)
 @selection_options
 @storage_options_from_cli
 def split_cmd(
@@ -40,7 +42,7 @@ def split_cmd(
     first. Each split is written like a reshard: shard limits, shuffle, resumable, index.json
     last. A split that would get no sample is an error.
     """
-    from shard_writer.split import parse_fractions, split
+    from shard_writer import parse_fractions, split
 
     shares = parse_fractions(fractions)
     options = reshard_options(params)

@@ -9,23 +9,30 @@ from typing import Any
 import click
 
 from wdstool.base.params import BYTE_SIZE, WORKER_LIST
-from wdstool.cli.common import progress_enabled, storage_options_from_cli
+from wdstool.cli.common import (
+    field_specs,
+    progress_enabled,
+    storage_options_from_cli,
+)
+from wdstool.cli.defaults import library_option
+
+BENCH = "loaders.bench.run:BenchConfig"  # the defaults of every option that has a setting there
 
 
 @click.command("stream-bench")
 @click.argument("source", type=str)
-@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
-@click.option(
+@library_option(BENCH, "--batch-size", type=click.IntRange(min=1))
+@library_option(
+    BENCH,
     "--workers",
     type=WORKER_LIST,
-    default="2",
-    show_default=True,
     help="DataLoader workers; a list (0,1,2,4) runs a sweep.",
 )
-@click.option("--prefetch-factor", type=click.IntRange(min=1), default=4, show_default=True)
-@click.option("--image-size", type=click.IntRange(min=8), default=224, show_default=True)
-@click.option("--output", type=click.Choice(["uint8", "float"]), default="uint8", show_default=True)
-@click.option(
+@library_option(BENCH, "--prefetch-factor", type=click.IntRange(min=1))
+@library_option(BENCH, "--image-size", type=click.IntRange(min=8))
+@library_option(BENCH, "--output", type=click.Choice(["uint8", "float"]))
+@library_option(
+    BENCH,
     "--channels-last",
     is_flag=True,
     help="Batches in channels-last memory (make_loader(channels_last=True)), as channels-last "
@@ -37,11 +44,11 @@ from wdstool.cli.common import progress_enabled, storage_options_from_cli
     is_flag=True,
     help="Measure the eval transform (resize shorter side + centre crop, make_loader(train=False)).",
 )
-@click.option(
+@library_option(
+    BENCH,
     "--transform",
     "transform_spec",
-    default="default",
-    show_default=True,
+    setting="transform_name",
     metavar="NAME|module:attr",
     help="The recipe to measure: a preset (default, eval, bicubic, randaug, trivialaug, clip, "
     "eval-bicubic; see loaders/recipe/presets.py) built at --image-size, or module:attr naming a "
@@ -54,40 +61,36 @@ from wdstool.cli.common import progress_enabled, storage_options_from_cli
     help="make_loader(scaled_decode=False): decode large JPEG regions at full scale (exact "
     "pixels) instead of at 1/2, 1/4 or 1/8.",
 )
-@click.option(
+@library_option(
+    BENCH,
     "--batches",
     type=click.IntRange(min=1),
-    default=None,
     help="Batches per run [default: whole epochs].",
 )
-@click.option("--epochs", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option(
+@library_option(BENCH, "--epochs", type=click.IntRange(min=1))
+@library_option(
+    BENCH,
     "--warmup",
     type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
     help="Batches after the first one that are not timed.",
 )
-@click.option(
+@library_option(
+    BENCH,
     "--world-size",
     type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
     help="Measure one rank's share of a job of this size.",
 )
-@click.option("--rank", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option(
+@library_option(BENCH, "--rank", type=click.IntRange(min=0))
+@library_option(
+    BENCH,
     "--step-ms",
     type=click.FloatRange(min=0),
-    default=0.0,
-    show_default=True,
     help="Simulate a training step of this many ms per batch (a sleep) and report "
     "the share of time it waited for data (GPU idle %).",
 )
-@click.option(
+@library_option(
+    BENCH,
     "--label",
-    default="cls",
-    show_default=True,
     metavar="cls|json:PATH|none",
     help="Where each sample's integer label is: the .cls member, a key path in its .json, or "
     "none (unlabeled data).",
@@ -108,15 +111,15 @@ from wdstool.cli.common import progress_enabled, storage_options_from_cli
     help="Measure a mixture instead of SOURCE alone (repeatable): make_loader([Source(URL, "
     "weight=WEIGHT), ...]); with --compare plain, SOURCE alone runs interleaved with it.",
 )
-@click.option(
+@library_option(
+    BENCH,
     "--epoch-size",
     type=click.IntRange(min=1),
-    default=None,
     help="Samples per epoch of the mixture [default: the sum of the sources' sizes].",
 )
-@click.option(
+@library_option(
+    BENCH,
     "--tokenize",
-    default=None,
     metavar="FIELD",
     help="Run a stand-in tokenizer on a text field in the workers (whitespace words hashed to "
     "ids, padded to 32; delivered as FIELD_ids), as CLIP-style training would.",
@@ -132,37 +135,38 @@ from wdstool.cli.common import progress_enabled, storage_options_from_cli
     "loader with --worker-mode thread; exact: this loader with the scaled decode off (what it "
     "gains on large images).",
 )
-@click.option(
+@library_option(
+    BENCH,
     "--memory",
     is_flag=True,
     help="Also report the peak PSS of the loader's whole process tree (main + workers), "
     "sampled every 2 s; each sample walks every process's page tables, which costs the run a "
     "little throughput, so take speed figures without it.",
 )
-@click.option(
+@library_option(
+    BENCH,
     "--worker-mode",
     type=click.Choice(["process", "thread"]),
-    default="process",
-    show_default=True,
     help="DataLoader worker processes, or decode threads in the loader's process "
     "(make_loader(worker_mode=...)).",
 )
-@click.option(
+@library_option(
+    BENCH,
     "--ceiling",
     "with_ceiling",
     is_flag=True,
     help="Also measure decode + augmentation alone in as many processes as workers (the "
     "loader's own per-sample work; with the partial JPEG decoder also the whole-image figure).",
 )
-@click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True)
-@click.option(
+@library_option(BENCH, "--repeats", type=click.IntRange(min=1))
+@library_option(
+    BENCH,
     "--cache-dir",
     type=click.Path(file_okay=False),
-    default=None,
     help="Keep a local copy of remote shards here (shared by workers and ranks).",
 )
-@click.option(
-    "--cache-limit", type=BYTE_SIZE, default=None, help="Evict least recently used beyond this."
+@library_option(
+    BENCH, "--cache-limit", type=BYTE_SIZE, help="Evict least recently used beyond this."
 )
 @click.option(
     "--json",
@@ -251,12 +255,6 @@ def stream_bench_cmd(
                 f"--compare {item!r}: use imagefolder=PATH, webdataset, webdataset-fast, plain or "
                 "exact"
             )
-    pairs = []
-    for item in fields:
-        name, sep, spec = item.partition("=")
-        if not sep or not name or not spec:
-            raise ConfigError(f"--field {item!r}: write NAME=SPEC, e.g. caption=txt")
-        pairs.append((name, spec))
     weighted = []
     for item in mixture:
         url, sep, weight = item.rpartition("=")
@@ -282,7 +280,7 @@ def stream_bench_cmd(
         rank=rank,
         step_ms=step_ms,
         label=None if label.lower() == "none" else label,
-        fields=tuple(pairs),
+        fields=field_specs(fields),
         tokenize=tokenize,
         plain=plain,
         threads=threads,

@@ -3,106 +3,95 @@ re-encoding, worker and DEST options, the progress bar, and the summary they pri
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
 from wdstool.base.params import BYTE_SIZE, format_size
 from wdstool.cli.common import emit_json, progress_enabled
+from wdstool.cli.defaults import library_option
+
+T = TypeVar("T")
 
 
 def write_options(
-    *, on_error: str, what: str, append: bool = True
+    *, defaults: str, what: str, append: bool = True
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """The options of a command writing shards (``what``: what it writes from, for the help;
-    ``append``: whether it offers --append); they reach the command as keyword arguments of the
-    same names."""
+    """The options of a command writing shards, with the defaults of its options class
+    (``defaults``: ``"module:Class"``, e.g. ``"shard_writer:PackOptions"``); ``what``: what it
+    writes from, for the help; ``append``: whether it offers --append. They reach the command
+    as keyword arguments named as the class's fields."""
+
+    option = functools.partial(library_option, defaults)
     options = [
-        click.option(
+        option(
             "--max-count",
             type=click.IntRange(min=1),
-            default=10_000,
-            show_default=True,
             help="At most this many samples per shard.",
         ),
-        click.option(
+        option(
             "--max-size",
             type=BYTE_SIZE,
-            default="256MB",
-            show_default=True,
+            shown=format_size,
             help="At most this many bytes per shard on disk, tar headers included "
             "(exceeded only by a single sample larger than it).",
         ),
-        click.option(
+        option(
             "--prefix",
-            default="train",
-            show_default=True,
             help="Shard names: PREFIX-000000.tar, PREFIX-000001.tar, ...",
         ),
-        click.option(
+        option(
             "--workers",
             type=click.IntRange(min=1),
-            default=None,
             help="Processes writing shards [default: usable cores]. Output is identical "
             "whatever the number.",
         ),
-        click.option(
+        option(
             "--seed",
             type=int,
-            default=0,
-            show_default=True,
             help="Seed of the write-time shuffle.",
         ),
-        click.option(
+        option(
             "--shuffle/--no-shuffle",
-            default=True,
-            show_default=True,
             help=f"Shuffle the samples across shards; --no-shuffle keeps {what}.",
         ),
-        click.option(
+        option(
             "--max-side",
             type=click.IntRange(min=8),
-            default=None,
             help="Downscale images whose longest side exceeds PX and re-encode them as JPEG.",
         ),
-        click.option(
+        option(
             "--quality",
             type=click.IntRange(1, 100),
-            default=None,
             help="Re-encode every image as JPEG at this quality (90 with --max-side alone).",
         ),
-        click.option(
+        option(
             "--on-error",
-            type=click.Choice(["skip", "fail"]),
-            default=on_error,
-            show_default=True,
+            type=click.Choice(["skip", "raise", "fail"]),
+            callback=lambda _ctx, _param, value: "raise" if value == "fail" else value,
             help="skip: leave bad inputs out and list them (summary and index.json "
-            "'skipped'); fail: stop at the first one, naming it, and publish nothing.",
+            "'skipped'); raise: stop at the first one, naming it, and publish nothing (fail is "
+            "its older name, still accepted).",
         ),
-        click.option(
-            "--overwrite", is_flag=True, help="Replace a different data set already in DEST."
-        ),
-        click.option(
+        option("--overwrite", is_flag=True, help="Replace a different data set already in DEST."),
+        option(
             "--sync/--no-sync",
-            default=True,
-            show_default=True,
             help="fsync every shard before index.json is written. --no-sync is faster on slow "
             "disks, but a power loss right after can leave a manifest naming unflushed data.",
         ),
-        click.option(
+        option(
             "--engine",
             type=click.Choice(["local", "ray"]),
-            default="local",
-            show_default=True,
             help="local: a process pool on this machine. ray: the work runs as Ray tasks "
             "(pip install 'wdstool[ray]'); same bytes as local. SRC and DEST must then be "
             "reachable from every node (s3://... for both, or a shared folder).",
         ),
-        click.option(
+        option(
             "--ray-address",
-            default=None,
             metavar="HOST:PORT",
             help="Join this Ray cluster (else RAY_ADDRESS; else a local instance on 127.0.0.1 "
             "with --workers CPUs is started and stopped). Clusters started with `ray start` use "
@@ -117,7 +106,7 @@ def write_options(
 
     if append:
         options.append(
-            click.option(
+            option(
                 "--append",
                 is_flag=True,
                 help="Add the result to the data set in DEST as a new version: new shards after "
@@ -127,11 +116,17 @@ def write_options(
         )
 
     def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
-        for option in reversed(options):
-            f = option(f)
+        for add in reversed(options):
+            f = add(f)
         return f
 
     return decorate
+
+
+def options_from(cls: type[T], params: dict[str, Any]) -> T:
+    """The options object (``cls``, a dataclass: PackOptions, ReshardOptions) of the parsed
+    options that are its fields; the others (``--json``, ``-q``, ...) are the command's own."""
+    return cls(**{f.name: params[f.name] for f in dataclasses.fields(cls) if f.name in params})
 
 
 def run_with_progress(quiet: bool, desc: str, run: Callable[..., Any]) -> Any:

@@ -345,9 +345,3 @@ class ObservedTarSampleReader(TarSampleReader):
         if member is not None:
             self._on_member(member)
         return member
-
-
-def count_samples(fileobj: BinaryIO, url: str) -> int:
-    """Number of samples in a shard, from a header-only scan."""
-    reader = TarSampleReader(fileobj, url, keep=lambda ext: False)
-    return sum(1 for _ in reader)

@@ -30,6 +30,7 @@ from wdstool.format.manifest import (
     parse_manifest,
     resolve_shard_url,
 )
+from wdstool.format.shardlist import tars_in
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,15 +130,9 @@ def _sizes(urls: list[str], storage_options: dict[str, Any] | None) -> list[int]
 def _tars_in(folder: str, storage_options: dict[str, Any] | None) -> list[tuple[str, int]]:
     """(URL, size) of the ``.tar`` files directly in a folder or prefix, sorted by name; []
     when there are none or it cannot be listed (the caller's error then says enough)."""
-    if folder.endswith(".json"):
-        return []
-    if not is_remote(folder):
-        path = local_path(folder)
-        if not os.path.isdir(path):
-            return []
-        names = sorted(n for n in os.listdir(path) if n.endswith(".tar"))
-        return [(os.path.join(path, n), os.path.getsize(os.path.join(path, n))) for n in names]
-    fs, path = url_fs(folder, storage_options)
+    if folder.endswith(".json") or not is_remote(folder):
+        return [(url, os.path.getsize(url)) for url in tars_in(folder, storage_options)]
+    fs, path = url_fs(folder, storage_options)  # listed with sizes and retries, errors named
     try:
         found = DEFAULT_RETRY.call(folder, lambda: fs.ls(path, detail=True))
     except FileNotFoundError:
