@@ -109,7 +109,7 @@ def test_shard_or_marker_that_disagree_is_rewritten(packed, tmp_path: Path, dama
 
 
 def test_interrupted_pack_of_another_source_is_refused(packed, tmp_path: Path) -> None:
-    src, ref = packed
+    _, ref = packed
     dest = tmp_path / "out"
     _interrupted(ref, dest)
     other = make_tree(tmp_path / "other", {"a": 5, "b": 5}, seed=14)
