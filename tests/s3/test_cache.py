@@ -117,11 +117,16 @@ def test_limit_evicts_least_recently_used(objects, s3_server, tmp_path) -> None:
     )
     cache = ShardCache(tmp_path)
     _read_all(access, urls[0])
-    time.sleep(0.02)
     _read_all(access, urls[1])
-    time.sleep(0.02)
+    # the order of use is the entries' mtimes: set them apart explicitly (urls[0] the older),
+    # instead of sleeping between reads and hoping the clock ticks
+    now = time.time()
+    for url, age in ((urls[0], 200), (urls[1], 100)):
+        path = cache.lookup(url)
+        assert path is not None
+        os.utime(path, (now - age, now - age))
     assert _read_all(access, urls[0]) == objects[urls[0]]  # a hit: urls[0] is now the newest
-    time.sleep(0.02)
+    assert os.stat(cache.entry_path(urls[0])).st_mtime > now - 100  # the hit refreshed it
     _read_all(access, urls[2])  # over the limit: the least recently used (urls[1]) goes
     assert cache.lookup(urls[1]) is None
     assert cache.lookup(urls[0]) is not None and cache.lookup(urls[2]) is not None
