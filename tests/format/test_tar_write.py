@@ -20,7 +20,7 @@ def test_the_fixed_metadata_of_every_member() -> None:
     assert h[156:157] == b"0"  # a regular file
     assert h[257:263] == b"ustar\0" and h[263:265] == b"00"  # POSIX ustar magic and version
     assert h[:100] == bytes(100) and h[124:136] == bytes(12) and h[265:] == bytes(BLOCK - 265)
-    assert END == bytes(2 * BLOCK)
+    assert bytes(2 * BLOCK) == END
 
 
 def test_headers_as_tarfile_reads_them() -> None:
