@@ -254,6 +254,7 @@ def s3_object(s3_server, s3_bucket: str) -> str:
     return f"s3://{s3_bucket}/ds/a.tar"
 
 
+@pytest.mark.slow
 def test_s3_opener_ranges_and_if_match(s3_server, s3_object: str) -> None:
     open_at = s3_opener(s3_object, s3_server.storage_options)
     whole = open_at(0, None)
@@ -267,6 +268,7 @@ def test_s3_opener_ranges_and_if_match(s3_server, s3_object: str) -> None:
     )
 
 
+@pytest.mark.slow
 def test_s3_opener_errors(s3_server, s3_object: str) -> None:
     missing = s3_object.replace("a.tar", "b.tar")
     with pytest.raises(ShardError, match=f"^{missing}: shard not found$"):

@@ -11,16 +11,20 @@ import json
 import logging
 import shutil
 import tarfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from shard_writer.dest import STATE_DIR
+from shard_writer.layout import ShardSpec
 from shard_writer.pack import PackOptions, pack
-from shard_writer.publish import STATE_NAME
+from shard_writer.publish import STATE_NAME, fingerprint
+from shard_writer.scan import Scan, SourceFile
 from shard_writer.write import ShardOutcome, marker_name
 from tests.conftest import dir_bytes, make_tree
-from wdstool.base.errors import DestinationError
+from tests.countproxy import CountingProxy
+from wdstool.base.errors import DestinationError, ShardError
 
 OPTIONS = PackOptions(workers=1, max_count=4)
 
@@ -117,3 +121,115 @@ def test_interrupted_pack_of_another_source_is_refused(packed, tmp_path: Path) -
         pack(str(other), str(dest), OPTIONS)
     assert str(dest) in info.value.message and "--overwrite" in info.value.message
     assert (dest / STATE_NAME).exists() and not (dest / "index.json").exists()  # left as it was
+
+
+def test_rerun_of_a_complete_pack_reports_it_unchanged(packed, tmp_path: Path) -> None:
+    src, ref = packed
+    dest = tmp_path / "out"
+    shutil.copytree(ref, dest)
+    manifest = json.loads((dest / "index.json").read_text())
+    summary = pack(str(src), str(dest), OPTIONS)
+    assert summary.up_to_date and summary.seconds >= 0
+    assert (summary.dest, summary.shards, summary.samples, summary.classes) == (str(dest), 3, 10, 2)
+    assert summary.total_bytes == sum(e["filesize"] for e in manifest["shardlist"])
+    assert (summary.reused_shards, summary.written_shards, summary.source_bytes) == (3, 0, 0)
+    assert summary.skipped == [] and summary.workers == 1
+    assert dir_bytes(dest) == dir_bytes(ref)
+    shard = dest / manifest["shardlist"][2]["url"]
+    shard.write_bytes(shard.read_bytes()[:-512])
+    with pytest.raises(ShardError) as info:
+        pack(str(src), str(dest), OPTIONS)
+    assert info.value.message == (
+        f"{shard}: missing or wrong size although index.json lists it; run `wdstool verify`, "
+        "or pack again with --overwrite"
+    )
+
+
+def _spec(name: str, *files: SourceFile) -> ShardSpec:
+    return ShardSpec(
+        index=0, name=name, samples=files, infos=(), keys=tuple(f"k{f.index}" for f in files),
+        size_bound=0,
+    )  # fmt: skip
+
+
+def test_fingerprint_covers_every_input_of_the_layout() -> None:
+    files = (SourceFile(0, "a/1.jpg", 0, 100), SourceFile(1, "b/2.jpg", 1, 200))
+    scan = Scan(root="/src", classes=("a", "b"), files=files, problems=())
+    base = fingerprint(scan, (_spec("t-0.tar", *files),), OPTIONS)
+    assert len(base) == 64 and base == fingerprint(scan, (_spec("t-0.tar", *files),), OPTIONS)
+    f0 = files[0]
+    variants = {
+        "options": fingerprint(scan, (_spec("t-0.tar", *files),), PackOptions(max_count=5)),
+        "classes": fingerprint(
+            replace(scan, classes=("a", "c")), (_spec("t-0.tar", *files),), OPTIONS
+        ),
+        "shard name": fingerprint(scan, (_spec("t-1.tar", *files),), OPTIONS),
+        "shards": fingerprint(scan, (_spec("t-0.tar", f0), _spec("t-1.tar", files[1])), OPTIONS),
+        "path": fingerprint(
+            scan, (_spec("t-0.tar", replace(f0, relpath="a/9.jpg"), files[1]),), OPTIONS
+        ),
+        "size": fingerprint(scan, (_spec("t-0.tar", replace(f0, size=101), files[1]),), OPTIONS),
+        "label": fingerprint(
+            scan, (_spec("t-0.tar", replace(f0, class_idx=1), files[1]),), OPTIONS
+        ),
+        "key": fingerprint(scan, (_spec("t-0.tar", replace(f0, index=7), files[1]),), OPTIONS),
+        "caption": fingerprint(
+            scan, (_spec("t-0.tar", replace(f0, caption="x"), files[1]),), OPTIONS
+        ),
+        "extra": fingerprint(
+            scan, (_spec("t-0.tar", replace(f0, extra='{"a":1}'), files[1]),), OPTIONS
+        ),
+        "order": fingerprint(scan, (_spec("t-0.tar", files[1], f0),), OPTIONS),
+    }
+    assert base not in variants.values()
+    assert len(set(variants.values())) == len(variants)
+
+
+@pytest.mark.slow
+def test_on_s3_the_etag_stands_for_the_bytes(packed, s3_server, s3_bucket: str) -> None:
+    """On an object store the marker's ETag is compared, not the bytes (nothing is downloaded
+    for a match); a same-size object with another ETag is hashed, found different, rewritten;
+    a missing or resized one is rewritten."""
+    src, ref = packed
+    url = f"s3://{s3_bucket}/ds"
+    opts = s3_server.storage_options
+    pack(str(src), url, OPTIONS, storage_options=opts)
+    client = s3_server.client()
+    manifest = json.loads((ref / "index.json").read_text())
+    names = [e["url"] for e in manifest["shardlist"]]
+
+    def interrupt() -> None:
+        client.delete_object(Bucket=s3_bucket, Key="ds/index.json")
+        state = json.dumps({"fingerprint": manifest["fingerprint"]})
+        client.put_object(Bucket=s3_bucket, Key=f"ds/{STATE_NAME}", Body=state)
+        for e in manifest["shardlist"]:
+            etag = client.head_object(Bucket=s3_bucket, Key=f"ds/{e['url']}")["ETag"]
+            outcome = ShardOutcome(
+                name=e["url"], nsamples=e["nsamples"], filesize=e["filesize"],
+                sha256=e["sha256"], source_bytes=1, etag=etag,
+            )  # fmt: skip
+            body = json.dumps(outcome.to_json())
+            client.put_object(Bucket=s3_bucket, Key=f"ds/{marker_name(e['url'])}", Body=body)
+
+    def stored() -> dict[str, bytes]:
+        return {
+            n: client.get_object(Bucket=s3_bucket, Key=f"ds/{n}")["Body"].read()
+            for n in [*names, "index.json"]
+        }
+
+    interrupt()
+    with CountingProxy(s3_server.endpoint_url) as proxy:
+        counted = {**opts, "endpoint_url": proxy.endpoint_url}
+        summary = pack(str(src), url, OPTIONS, storage_options=counted)
+        shard_gets = proxy.gets(".tar")
+    assert (summary.reused_shards, summary.written_shards) == (3, 0)
+    assert sum(shard_gets.values()) == 0, shard_gets  # the ETags matched: nothing downloaded
+    assert stored() == {n: (ref / n).read_bytes() for n in [*names, "index.json"]}
+    interrupt()
+    original = (ref / names[0]).read_bytes()
+    client.put_object(Bucket=s3_bucket, Key=f"ds/{names[0]}", Body=bytes(len(original)))
+    client.delete_object(Bucket=s3_bucket, Key=f"ds/{names[1]}")
+    client.put_object(Bucket=s3_bucket, Key=f"ds/{names[2]}", Body=b"short")
+    summary = pack(str(src), url, OPTIONS, storage_options=opts)
+    assert (summary.reused_shards, summary.written_shards) == (0, 3)
+    assert stored() == {n: (ref / n).read_bytes() for n in [*names, "index.json"]}
