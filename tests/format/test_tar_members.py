@@ -10,7 +10,7 @@ import tarfile
 
 import pytest
 
-from tests.loaders.test_tario import Pipe
+from tests.loaders.test_tario import Pipe, build_tar
 from wdstool.format.tar_read import (
     BLOCK,
     MemberInfo,
@@ -35,17 +35,6 @@ def _samples() -> list[tuple[str, dict[str, bytes]]]:
     ]
 
 
-def _tar(samples, fmt: int = tarfile.USTAR_FORMAT) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=fmt) as tf:
-        for key, parts in samples:
-            for ext, data in parts.items():
-                info = tarfile.TarInfo(f"{key}.{ext}")
-                info.size = len(data)
-                tf.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
 def _streams(data: bytes) -> list[io.IOBase]:
     return [io.BytesIO(data), io.BufferedReader(Pipe(data), buffer_size=700)]
 
@@ -54,7 +43,7 @@ def _streams(data: bytes) -> list[io.IOBase]:
 @pytest.mark.parametrize("stream", ["seekable", "pipe"])
 def test_kept_members_of_every_size(fmt: int, stream: str) -> None:
     samples = _samples()
-    data = _tar(samples, fmt)
+    data = build_tar(samples, fmt)
     f = _streams(data)[stream == "pipe"]
     reader = TarSampleReader(f, "mem://edges.tar")
     got = [(s.key, s.parts) for s in reader]
@@ -65,7 +54,7 @@ def test_kept_members_of_every_size(fmt: int, stream: str) -> None:
 @pytest.mark.parametrize("skipped", ["txt", "json", "cls"])
 def test_skipped_members_of_every_size(stream: str, skipped: str) -> None:
     samples = _samples()
-    data = _tar(samples)
+    data = build_tar(samples)
     f = _streams(data)[stream == "pipe"]
     got = [(s.key, s.parts) for s in TarSampleReader(f, "x", keep=lambda ext: ext != skipped)]
     want = [(k, {e: v for e, v in parts.items() if e != skipped}) for k, parts in samples]
@@ -74,7 +63,7 @@ def test_skipped_members_of_every_size(stream: str, skipped: str) -> None:
 
 def test_lazy_members_of_every_size_point_at_their_bytes() -> None:
     samples = _samples()
-    data = _tar(samples)
+    data = build_tar(samples)
     reader = TarSampleReader(
         io.BytesIO(data), "x", lazy=lambda at, size: (at, size), lazy_exts=frozenset({"txt"})
     )
@@ -88,7 +77,7 @@ def test_lazy_members_of_every_size_point_at_their_bytes() -> None:
 
 def test_skip_and_count_over_every_size() -> None:
     samples = _samples()
-    data = _tar(samples)
+    data = build_tar(samples)
     for f in _streams(data):
         assert count_samples(f, "x") == len(SIZES)
     for n in range(len(SIZES) + 1):
@@ -99,7 +88,7 @@ def test_skip_and_count_over_every_size() -> None:
 
 
 def test_member_listing_matches_tarfile() -> None:
-    data = _tar(_samples(), tarfile.GNU_FORMAT)
+    data = build_tar(_samples(), tarfile.GNU_FORMAT)
     with tarfile.open(fileobj=io.BytesIO(data)) as tf:
         want = [MemberInfo(m.name, m.offset, m.offset_data, m.size) for m in tf.getmembers()]
     for f in _streams(data):
