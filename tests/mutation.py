@@ -178,11 +178,23 @@ def run(name: str, target: Target, children: int) -> Counter[str]:
                 os.killpg(proc.pid, signal.SIGTERM)
                 proc.wait()
     counts = _count(work)
-    survivors = subprocess.run(
+    _write_survivors(work)
+    return counts
+
+
+def _write_survivors(work: Path) -> None:
+    """``survivors.txt``: each mutant no test killed, with its diff."""
+    listed = subprocess.run(
         [_mutmut(), "results"], cwd=work, capture_output=True, text=True, env=_env()
     ).stdout
-    (work / "survivors.txt").write_text(survivors)
-    return counts
+    out = []
+    for name in re.findall(r"^\s*(\S+): (?:survived|no tests)$", listed, re.MULTILINE):
+        diff = subprocess.run(
+            [_mutmut(), "show", name], cwd=work, capture_output=True, text=True, env=_env()
+        ).stdout
+        changed = [ln for ln in diff.splitlines() if ln.startswith(("- ", "+ "))]
+        out.append("\n".join([f"## {name}", *changed]))
+    (work / "survivors.txt").write_text("\n".join(out) + "\n")
 
 
 def rate(counts: Counter[str]) -> tuple[int, int, float]:
