@@ -172,6 +172,15 @@ def test_other_errors_are_not_transient(exc: BaseException) -> None:
     assert not is_retryable(exc)
 
 
+def test_aiobotocore_errors_count_as_botocore_ones() -> None:
+    """s3fs is async: its transient errors come from aiobotocore's module, wrapped."""
+    from aiobotocore.response import AioReadTimeoutError
+
+    inner = AioReadTimeoutError(endpoint_url="http://127.0.0.1:9/b/k")
+    assert is_retryable(wrapped(inner))
+    assert describe(wrapped(inner)).startswith("AioReadTimeoutError: Read timeout on endpoint")
+
+
 def test_a_botocore_cause_decides_over_its_wrapper() -> None:
     # the wrapper's own type would be transient; the botocore error inside is not
     outer = wrapped(client_error("AccessDenied", 403))
@@ -208,6 +217,10 @@ def test_error_code() -> None:
         ("", 403, "access denied (403)"),
         ("PreconditionFailed", 412, "the object changed while it was being read (ETag no longer matches)"),
         ("", 412, "the object changed while it was being read (ETag no longer matches)"),
+        ("AccessDenied", 0, "access denied (AccessDenied)"),
+        ("AllAccessDisabled", 0, "access denied (AllAccessDisabled)"),
+        ("PreconditionFailed", 0, "the object changed while it was being read (ETag no longer matches)"),
+        ("SlowDown", 0, "throttled by the store (SlowDown SlowDown)"),
         ("SlowDown", 503, "throttled by the store (SlowDown SlowDown)"),
         ("503", 0, "throttled by the store (503 SlowDown)"),
         ("", 503, "throttled by the store (503 SlowDown)"),
@@ -228,7 +241,10 @@ def test_other_client_errors_show_code_and_message_on_one_line() -> None:
 
 
 def test_describe_names_missing_credentials_and_the_endpoint_only() -> None:
-    assert describe(bce.NoCredentialsError()).startswith("no AWS credentials found (set ")
+    assert describe(bce.NoCredentialsError()) == (
+        "no AWS credentials found (set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE, "
+        "or pass storage_options)"
+    )
     exc = bce.EndpointConnectionError(endpoint_url="http://127.0.0.1:9/bucket/key?X-Amz=secret")
     assert describe(exc) == "cannot connect to endpoint http://127.0.0.1:9"
 
