@@ -106,6 +106,27 @@ def test_resumes_at_the_byte_reached_with_the_first_etag() -> None:
     assert r.tell() == len(DATA) and r.size == len(DATA)
 
 
+def test_a_body_ending_early_again_and_again_gives_up_saying_so() -> None:
+    store = Store(faults=[("cut", 3000, None)] + [("cut", 0, None)] * 5)
+    r, _ = reader(store, attempts=3)
+    with pytest.raises(StorageError) as info:
+        read_all(r, piece=1000)
+    assert info.value.message == (
+        f"{URL}: giving up at byte offset 3000 after 3 attempts: TransientError: connection "
+        f"ended at byte 3000 of {len(DATA)}"
+    )
+
+
+def test_small_and_empty_reads() -> None:
+    store = Store()
+    r, _ = reader(store)
+    assert r.readinto(bytearray(0)) == 0 and store.opens == []  # nothing asked: no request
+    assert r.read(1) == DATA[:1] and r.read(1) == DATA[1:2]
+    assert r.readinto(bytearray(0)) == 0 and r.tell() == 2
+    assert r.seek(0) == 0 and r.seek(len(DATA)) == len(DATA)  # no connection open now
+    assert r.read(1) == b"" and len(store.opens) == 1  # at the end: nothing to ask for
+
+
 def test_gives_up_after_attempts_without_progress() -> None:
     store = Store(faults=[("cut", 3000, ConnectionResetError("reset"))] + [TimeoutError("x")] * 9)
     r, slept = reader(store, attempts=4)
@@ -187,6 +208,12 @@ def test_short_forward_seeks_read_through_long_ones_reopen() -> None:
     assert r.seek(7) == 7 and r.read(2) == store.data[7:9]  # backwards: a new request at 7
     assert store.opens[-1] == (7, '"v1"') and len(store.opens) == 3
     assert r.seek(9) == 9 and len(store.opens) == 3  # where it is: nothing to do
+    assert r.seek(10) == 10 and r.read(1) == store.data[10:11]  # one byte ahead: read through
+    odd = 11 + BUFFER + BUFFER // 2  # not a whole number of read-through buffers
+    assert r.seek(odd) == odd and r.read(3) == store.data[odd : odd + 3]
+    assert len(store.opens) == 3
+    assert r.seek(0) == 0 and r.read(2) == store.data[:2] and store.opens[-1] == (0, '"v1"')
+    assert len(store.opens) == 4
     assert r.seek(-4, io.SEEK_END) == len(store.data) - 4
     assert r.read() == store.data[-4:] and r.read(1) == b""
     with pytest.raises(ValueError, match="negative seek position -1"):
@@ -235,6 +262,21 @@ def test_total_size_from_content_range_or_length() -> None:
     assert _total_size({}, 3) is None
 
 
+def test_fsspec_options_and_our_reader_settings_reach_the_store(tmp_path) -> None:
+    fs = fsspec.filesystem("memory")
+    fs.pipe("/remote/c.tar", DATA)
+    cache = tmp_path / "cache"
+    stats: dict[str, int] = {}
+    url = "simplecache::memory://remote/c.tar"
+    options = {"simplecache": {"cache_storage": str(cache)}}
+    with open_shard(url, options, size=len(DATA), stats=stats) as f:
+        assert f.read() == DATA
+    assert stats["bytes"] == len(DATA) and stats["requests"] == 1
+    assert any(p.is_file() for p in cache.iterdir())  # the options reached fsspec
+    with pytest.raises(ShardError, match=r"is 50000 bytes, expected 49999 \(the manifest"):
+        open_shard("memory://remote/c.tar", size=len(DATA) - 1).read(1)
+
+
 def test_fsspec_opener_reads_from_an_offset() -> None:
     fs = fsspec.filesystem("memory")
     fs.pipe("/remote/b.tar", DATA)
@@ -277,6 +319,22 @@ def test_s3_opener_errors(s3_server, s3_object: str) -> None:
         s3_opener(s3_object, s3_server.storage_options)(60_000, None)
     with open_shard(s3_object, s3_server.storage_options, size=len(DATA)) as f:
         assert f.read() == DATA
+    bucket_only = s3_object.split("/ds/")[0] + "/"  # no key: botocore refuses the request
+    with pytest.raises(StorageError) as info:
+        s3_opener(bucket_only, s3_server.storage_options)(0, None)
+    assert info.value.message.startswith(f"{bucket_only}: ")
+
+
+@pytest.mark.slow
+def test_the_retry_policy_reaches_the_reader(s3_server, s3_object: str) -> None:
+    from tests.faultproxy import FaultProxy
+
+    with FaultProxy(s3_server.port, ["drop:20000"]) as proxy:
+        options = {**s3_server.storage_options, "endpoint_url": proxy.endpoint_url}
+        with pytest.raises(StorageError) as info:
+            open_shard(s3_object, options, retry=RetryPolicy(attempts=1)).read()
+    assert info.value.message.startswith(f"{s3_object}: giving up at byte offset ")
+    assert "after 1 attempts" in info.value.message
 
 
 # --- open_shard -----------------------------------------------------------------------------
