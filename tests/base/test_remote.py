@@ -52,6 +52,8 @@ class Body:
 
     def close(self) -> None:
         self.closed = True
+        if self.fail is not None and self.pos >= (self.limit or 0):
+            raise OSError("a broken connection fails to close too")
 
 
 class Store:
@@ -266,7 +268,8 @@ def test_open_remote_buffers_one_megabyte() -> None:
 
 # --- openers --------------------------------------------------------------------------------
 def test_total_size_from_content_range_or_length() -> None:
-    assert _total_size({"ContentRange": "bytes 100-199/200", "ContentLength": 100}, 100) == 200
+    # the total from ContentRange, not offset + ContentLength (here they disagree on purpose)
+    assert _total_size({"ContentRange": "bytes 100-199/300", "ContentLength": 100}, 100) == 300
     assert _total_size({"ContentRange": "bytes 0-9/*", "ContentLength": 10}, 0) == 10
     assert _total_size({"ContentRange": "", "ContentLength": 10}, 5) == 15
     assert _total_size({"ContentLength": "7"}, 0) == 7
@@ -342,8 +345,12 @@ def test_s3_opener_errors(s3_server, s3_object: str) -> None:
 def test_the_retry_policy_reaches_the_reader(s3_server, s3_object: str) -> None:
     from tests.faultproxy import FaultProxy
 
-    with FaultProxy(s3_server.port, ["drop:20000"]) as proxy:
+    with FaultProxy(s3_server.port, ["503", "500", "drop:20000"]) as proxy:
         options = {**s3_server.storage_options, "endpoint_url": proxy.endpoint_url}
+        policy = RetryPolicy(attempts=3, base_delay=0.01)
+        assert open_shard(s3_object, options, retry=policy).read() == DATA  # errors at open
+        assert proxy.injected["503"] == proxy.injected["500"] == proxy.injected["drop"] == 1
+        proxy.set_schedule(["drop:20000"])
         with pytest.raises(StorageError) as info:
             open_shard(s3_object, options, retry=RetryPolicy(attempts=1)).read()
     assert info.value.message.startswith(f"{s3_object}: giving up at byte offset ")
