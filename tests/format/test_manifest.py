@@ -93,6 +93,9 @@ def test_other_tools_manifests_are_read_with_defaults() -> None:
     assert m.options == {} and m.skipped == ({"path": "p"},) and m.fingerprint == "12"
     assert m.name == "7" and m.shards[0].nsamples == 0
     assert parse_manifest(json.dumps({**odd, "skipped": {"a": 1}}), WHERE).skipped == ()
+    assert parse_manifest(json.dumps({**odd, "skipped": 5}), WHERE).skipped == ()
+    plain = build_manifest(ENTRIES, classes=[], fingerprint="", options={}, skipped=[])
+    assert plain.name == "" and plain.skipped == () and plain.to_json()["name"] == ""
 
 
 def _entry(**fields) -> dict:
@@ -168,6 +171,7 @@ def test_urls() -> None:
     assert manifest_url_for("s3://b/ds") == "s3://b/ds/index.json"
     assert manifest_url_for("s3://b/ds/") == "s3://b/ds/index.json"
     assert manifest_url_for("/data/ds//") == "/data/ds/index.json"
+    assert manifest_url_for("s3://b/dsX/") == "s3://b/dsX/index.json"
     assert manifest_url_for("s3://b/ds/custom.json") == "s3://b/ds/custom.json"
     assert base_url_of("s3://b/ds/index.json") == "s3://b/ds"
     assert base_url_of("index.json") == "."
@@ -189,3 +193,14 @@ def test_load_manifest_from_a_folder(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text("[1]")
     with pytest.raises(ShardError, match=f"^{tmp_path}/bad.json: malformed manifest: top"):
         load_manifest(str(tmp_path / "bad.json"))
+
+
+def test_load_manifest_passes_the_storage_options_on(tmp_path: Path) -> None:
+    import fsspec
+
+    fsspec.filesystem("memory").pipe("/m/ds/index.json", _manifest().dumps())
+    cache = tmp_path / "cache"
+    url = "simplecache::memory://m/ds"
+    m, base = load_manifest(url, {"simplecache": {"cache_storage": str(cache)}})
+    assert m == _manifest() and base == url
+    assert any(p.is_file() for p in cache.iterdir())  # the options reached fsspec
