@@ -120,7 +120,7 @@ def test_malformed_numbers_are_named() -> None:
 
 # --- checksums ------------------------------------------------------------------------------
 def test_checksum_formats_other_writers_use() -> None:
-    for field in (b"{}\0", b"{} ", b" {}\0", b"0{}\0 "):
+    for field in (b"{}\0", b"{} ", b" {}\0", b"0{}\0 ", b"00{} "):  # the last: no NUL at all
         tar = seal(header(b"k.txt", 2), field=field) + b"hi" + bytes(510) + END
         assert read(tar) == [("k", {"txt": b"hi"})], field
 
@@ -174,6 +174,8 @@ def test_pax_records() -> None:
         "path": "\udcff\udcfe",
         "\udcffk": "v\udcfe",
     }
+    three = rec(b"path", b"p.jpg") + rec(b"mtime", b"1.5") + rec(b"size", b"3")
+    assert _pax_records(three) == {"path": "p.jpg", "mtime": "1.5", "size": "3"}
     assert _pax_records(b"") == {}
     assert _pax_records(b"9 size=7\nnonsense") == {"size": "7"}  # the rest is not a record
     assert _pax_records(b"x size=7\n") == {}
@@ -319,3 +321,56 @@ def test_a_shard_cut_inside_data_that_is_seeked_over_is_truncated() -> None:
         list(TarSampleReader(rel, URL, start_offset=1024, keep=lambda e: e != "pkl"))
     assert info.value.message == want
     assert count_samples(io.BytesIO(tar + END), URL) == 2
+
+
+def test_extension_header_limits_and_names() -> None:
+    exact = b"k" * ((1 << 20) - 5) + b".jpg\0"  # a long name of exactly 1 MiB is accepted
+    tar = seal(header(b"././@LongLink", len(exact), kind=b"L")) + exact + member(b"x", b"abc")
+    assert read(tar + END) == [("k" * ((1 << 20) - 5), {"jpg": b"abc"})]
+    huge_global = seal(header(b"pax_global_header", (1 << 20) + 1, kind=b"g"))
+    assert error(huge_global + END) == (
+        f"{URL}: oversized extended header ({(1 << 20) + 1} bytes) at offset 0"
+    )
+    name = b"d/k\xffn.jpg\0\0\0"  # undecodable bytes, padded with NULs
+    tar = seal(header(b"././@LongLink", len(name), kind=b"L")) + name + bytes(512 - len(name))
+    assert read(tar + member(b"x", b"abc") + END) == [("d/k\udcffn", {"jpg": b"abc"})]
+    hundred = b"n" * 96 + b".jpg"  # a 100-byte name fills the field: no NUL after it
+    assert read(member(hundred, b"abc") + END) == [("n" * 96, {"jpg": b"abc"})]
+
+
+def test_member_size_limit_is_inclusive() -> None:
+    assert read(member(b"a.bin", b"x" * 10) + END, max_member_size=10) == [
+        ("a", {"bin": b"x" * 10})
+    ]
+    assert error(member(b"a.bin", b"x" * 11) + END, max_member_size=10) == (
+        f"{URL}: member at offset 0 declares 11 bytes (limit 10)"
+    )
+
+
+def test_offset_before_reading_is_the_start_offset() -> None:
+    assert TarSampleReader(io.BytesIO(b""), URL, start_offset=7168).offset == 7168
+
+
+@pytest.mark.parametrize(
+    ("where", "cut", "keep", "lazy"),
+    [
+        ("padding of a kept member", 1024 + 512 + 100, None, False),
+        ("a keyless member", 512 + 50, None, False),
+        ("a lazy member", 1024 + 512 + 50, None, True),
+        ("the padding of a long name", 1024 + 512 + 400, None, False),
+    ],
+)
+def test_truncated_streams_name_the_member(where: str, cut: int, keep, lazy: bool) -> None:
+    long_name = b"k" * 300 + b".jpg\0"
+    first = member(b"noext", b"z" * 600) if where == "a keyless member" else member(b"a.cls", b"1")
+    if where == "the padding of a long name":
+        second = seal(header(b"././@LongLink", len(long_name), kind=b"L")) + long_name
+        second += bytes(-len(long_name) % BLOCK) + member(b"x", b"abc")
+    else:
+        second = member(b"a.jpg", b"j" * 300)
+    tar = first + second + END
+    kw = {"lazy": lambda a, n: (a, n), "lazy_exts": frozenset({"jpg"})} if lazy else {}
+    with pytest.raises(ShardError) as info:
+        list(TarSampleReader(Trickle(tar[:cut]), URL, **kw))
+    offset = 0 if where == "a keyless member" else 1024
+    assert info.value.message == f"{URL}: truncated member data at offset {offset}", where

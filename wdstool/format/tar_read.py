@@ -145,7 +145,6 @@ class TarSampleReader:
         self._seekable = bool(getattr(fileobj, "seekable", lambda: False)())
         # absolute offset of the file's byte 0 (``start_offset`` may count from elsewhere)
         self._base = start_offset - fileobj.tell() if self._seekable else 0
-        self._pending: TarMember | None = None  # lookahead header (data not consumed yet)
         self._offset = start_offset
 
     @property
@@ -271,7 +270,7 @@ class TarSampleReader:
             if m is None:
                 break
             split = _split_key(m.name) if m.kind in _REGULAR else None
-            if split is None or m.name.rsplit("/", 1)[-1].startswith("."):
+            if split is None:  # no extension, or a hidden file (".x.jpg": no key either)
                 self._discard(m.size + (-m.size % BLOCK), m.offset)
                 continue
             key, ext = split
