@@ -18,9 +18,14 @@ from loaders.source import ShardAccess
 MB = 1_000_000
 
 
-@pytest.fixture
-def objects(s3_server, s3_bucket: str) -> dict[str, bytes]:
-    """Three 1 MB objects; two share a base name under different prefixes."""
+@pytest.fixture(scope="module")
+def objects(s3_server) -> dict[str, bytes]:
+    """Three 1 MB objects; two share a base name under different prefixes. Uploaded once for
+    the module: every test only reads them (each has its own cache folder)."""
+    import uuid
+
+    s3_bucket = f"c-{uuid.uuid4().hex[:16]}"
+    s3_server.make_bucket(s3_bucket)
     fs = fsspec.filesystem("s3", **s3_server.storage_options, skip_instance_cache=True)
     out = {}
     for i, key in enumerate(["a/train-000000.tar", "b/train-000000.tar", "a/train-000001.tar"]):
