@@ -54,7 +54,11 @@ TARGETS = {
     ),
     "state": Target(
         mutate=("loaders/state.py",),
-        tests=("tests/loaders/test_resume.py", "tests/loaders/test_state_values.py"),
+        tests=(
+            "tests/loaders/test_resume.py",
+            "tests/loaders/test_state_values.py",
+            "tests/loaders/test_mixing.py",
+        ),
     ),
     "tar_read": Target(
         mutate=("wdstool/format/tar_read.py",),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from loaders import make_loader
+from loaders import Source, make_loader
 from wdstool.base.errors import ConfigError
 
 
@@ -180,4 +180,61 @@ def test_another_data_set_is_named(
     no_url["mixture"]["sources"][0]["url"] = ""
     with pytest.raises(ConfigError) as info:
         other.load_state_dict(no_url)
+    assert f"still needs identity {state['dataset'][:12]}... (source 0" in info.value.message
+
+
+def _mixed(uneven: Path, learnable: Path, *, weights=(3.0, 1.0), extra: bool = True):
+    sources = [Source(uneven, weight=weights[0]), Source(learnable, weight=weights[1])]
+    return make_loader(
+        sources if extra else sources[:1], 4, image_size=16, num_workers=0, seed=11,
+        shuffle_buffer=8, epoch_size=20,
+    )  # fmt: skip
+
+
+def test_a_mixture_state_and_its_resume(uneven_dataset: Path, learnable_dataset: Path) -> None:
+    """Shares 15 + 5 of a 20-sample epoch (weights 3:1): at epoch 1 each source's cursor has
+    walked one share; resuming continues exactly, in this epoch and the next."""
+    state = _stop_after(_mixed(uneven_dataset, learnable_dataset), 2, epoch=1)
+    a, b = (
+        _loader(d).dataset.sources[0].index.identity for d in (uneven_dataset, learnable_dataset)
+    )
+    assert state["num_samples"] == 20 and state["dataset"] == a
+    assert state["mixture"] == {
+        "epoch_size": 20,
+        "sources": [
+            {"identity": a, "url": str(uneven_dataset), "weight": 3.0, "num_samples": 23, "cursor": 15},
+            {"identity": b, "url": str(learnable_dataset), "weight": 1.0, "num_samples": 120, "cursor": 5},
+        ],
+    }  # fmt: skip
+    plain = _mixed(uneven_dataset, learnable_dataset)
+    plain.set_epoch(1)
+    whole = _keys(plain)
+    plain.set_epoch(2)
+    after = _keys(plain)
+    resumed = _mixed(uneven_dataset, learnable_dataset)
+    resumed.load_state_dict(state)
+    assert _keys(resumed) == whole[2:]
+    resumed.set_epoch(2)
+    assert _keys(resumed) == after
+
+
+def test_a_source_added_on_resume_starts_its_walk_at_zero(
+    uneven_dataset: Path, learnable_dataset: Path
+) -> None:
+    state = _stop_after(_mixed(uneven_dataset, learnable_dataset, extra=False), 1, epoch=1)
+    grown = _mixed(uneven_dataset, learnable_dataset)
+    grown.load_state_dict(state)
+    _keys(grown)  # the rest of epoch 1, as it was planned: one source
+    nxt = _stop_after(grown, 1, epoch=2)
+    cursors = [s["cursor"] for s in nxt["mixture"]["sources"]]
+    assert cursors == [40, 0]  # the first source walked 20 a epoch; the new one from 0
+
+
+def test_a_version_1_state_of_another_data_set_names_its_identity(
+    uneven_dataset: Path, learnable_dataset: Path, state: dict
+) -> None:
+    v1 = {k: v for k, v in state.items() if k != "mixture"}
+    v1["version"] = 1
+    with pytest.raises(ConfigError) as info:
+        _loader(learnable_dataset).load_state_dict(v1)
     assert f"still needs identity {state['dataset'][:12]}... (source 0" in info.value.message
