@@ -142,6 +142,7 @@ def test_bad_manifests_name_the_url_and_the_problem(data, error: str) -> None:
         ('{"url": "a.tar", "nsamples": 1, "filesize": "9"}', "bad filesize or sha256"),
         ('{"url": "a.tar", "nsamples": 1, "filesize": false}', "bad filesize or sha256"),
         ('{"url": "a.tar", "nsamples": 1, "sha256": 5}', "bad filesize or sha256"),
+        ('{"url": "a.tar", "nsamples": 0, "sha256": 5}', "bad filesize or sha256"),  # 0 is fine
     ],
 )
 def test_bad_entries_name_their_index(entry: str, error: str) -> None:
