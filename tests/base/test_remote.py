@@ -374,3 +374,21 @@ def test_open_shard_local_files(tmp_path) -> None:
 def test_open_shard_bad_protocol_is_one_line() -> None:
     with pytest.raises(StorageError, match=r"^nosuchproto://x/a\.tar: cannot open shard: "):
         open_shard("nosuchproto://x/a.tar")
+
+
+def test_open_errors_never_show_a_credential() -> None:
+    secret = "sEcReT" + "1234" * 3  # shown nowhere, even where a name happens to contain it
+    with pytest.raises(StorageError) as info:
+        open_shard(f"nosuchproto://b/{secret}.tar", {"secret": secret})
+    assert secret not in info.value.message and "nosuchproto://b/***.tar: " in info.value.message
+
+
+@pytest.mark.slow
+def test_s3_errors_never_show_a_credential(s3_server) -> None:
+    token = "ToKeN" + "5678" * 3
+    options = {**s3_server.storage_options, "token": token}
+    url = f"s3://no-such-bucket-here/{token}.tar"
+    with pytest.raises(StorageError) as info:
+        s3_opener(url, options)(0, None)
+    message = info.value.message
+    assert token not in message and message.startswith("s3://no-such-bucket-here/***.tar: ")
