@@ -11,15 +11,16 @@ import json
 import logging
 import shutil
 import tarfile
+import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from shard_writer.dest import STATE_DIR
+from shard_writer.dest import STATE_DIR, Destination
 from shard_writer.layout import ShardSpec
 from shard_writer.pack import PackOptions, pack
-from shard_writer.publish import STATE_NAME, fingerprint
+from shard_writer.publish import STATE_NAME, fingerprint, prepare_dest
 from shard_writer.scan import Scan, SourceFile
 from shard_writer.write import ShardOutcome, marker_name
 from tests.conftest import dir_bytes, make_tree
@@ -88,7 +89,7 @@ def test_same_size_tampered_shard_with_valid_marker_is_rewritten(
     assert (summary.reused_shards, summary.written_shards) == (2, 1)
     assert dir_bytes(dest) == dir_bytes(ref)  # the tampered shard is the original again
     warned = [r.getMessage() for r in caplog.records]
-    assert any(str(shard) in w and "content differs from its marker" in w for w in warned)
+    assert warned == [f"{shard}: content differs from its marker; rewriting"]
 
 
 @pytest.mark.parametrize("damage", ["shorter", "longer", "no marker", "bad marker", "no shard"])
@@ -129,7 +130,7 @@ def test_rerun_of_a_complete_pack_reports_it_unchanged(packed, tmp_path: Path) -
     shutil.copytree(ref, dest)
     manifest = json.loads((dest / "index.json").read_text())
     summary = pack(str(src), str(dest), OPTIONS)
-    assert summary.up_to_date and summary.seconds >= 0
+    assert summary.up_to_date and 0 <= summary.seconds <= time.perf_counter()
     assert (summary.dest, summary.shards, summary.samples, summary.classes) == (str(dest), 3, 10, 2)
     assert summary.total_bytes == sum(e["filesize"] for e in manifest["shardlist"])
     assert (summary.reused_shards, summary.written_shards, summary.source_bytes) == (3, 0, 0)
@@ -233,3 +234,95 @@ def test_on_s3_the_etag_stands_for_the_bytes(packed, s3_server, s3_bucket: str) 
     summary = pack(str(src), url, OPTIONS, storage_options=opts)
     assert (summary.reused_shards, summary.written_shards) == (0, 3)
     assert stored() == {n: (ref / n).read_bytes() for n in [*names, "index.json"]}
+
+
+def test_overwrite_removes_only_this_packs_files(packed, tmp_path: Path) -> None:
+    src, ref = packed
+    dest = tmp_path / "out"
+    other = make_tree(tmp_path / "other", {"a": 9, "b": 9}, seed=15)
+    pack(str(other), str(dest), PackOptions(workers=1, max_count=2))  # 9 shards
+    (dest / "notes.txt").write_text("mine")
+    (dest / "val-000000.tar").write_bytes(b"other prefix")
+    (dest / "other.tar").write_bytes(b"not ours")
+    with pytest.raises(DestinationError) as info:
+        pack(str(src), str(dest), OPTIONS)
+    assert info.value.message == (
+        f"{dest}: destination already holds a different dataset; use --overwrite to replace "
+        "it, or choose another DEST"
+    )
+    summary = pack(str(src), str(dest), replace(OPTIONS, overwrite=True))
+    assert (summary.shards, summary.written_shards) == (3, 3)
+    names = sorted(p.name for p in dest.iterdir())
+    assert names == sorted(
+        [
+            "index.json",
+            "notes.txt",
+            "other.tar",
+            "val-000000.tar",
+            *(p.name for p in ref.glob("*.tar")),
+        ]
+    )  # the 6 stale train shards are gone, nothing else
+    assert (dest / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("left", ["state only", "manifest only", "shards only"])
+def test_what_another_pack_left_is_named(packed, tmp_path: Path, left: str) -> None:
+    src, _ = packed
+    dest = tmp_path / "out"
+    other = make_tree(tmp_path / "other", {"a": 3}, seed=16)
+    pack(str(other), str(dest), OPTIONS)
+    if left == "state only":
+        (dest / "index.json").unlink()
+        (dest / STATE_DIR).mkdir()
+        (dest / STATE_NAME).write_text(json.dumps({"fingerprint": "f" * 64}))
+    if left != "shards only":
+        for p in dest.glob("*.tar"):
+            p.unlink()
+    else:
+        (dest / "index.json").unlink()
+    what = {
+        "state only": "an interrupted pack of a different source or options",
+        "manifest only": "a different dataset",
+        "shards only": "shards named train-*.tar",
+    }[left]
+    with pytest.raises(DestinationError) as info:
+        pack(str(src), str(dest), OPTIONS)
+    assert info.value.message == (
+        f"{dest}: destination already holds {what}; use --overwrite to replace it, or choose "
+        "another DEST"
+    )
+
+
+def test_a_fresh_pack_records_its_fingerprint_and_clears_old_temporaries(
+    tmp_path: Path, caplog
+) -> None:
+    dest = tmp_path / "out"
+    dest.mkdir()
+    (dest / ".train-000000.tar.tmp-123").write_bytes(b"half")
+    (dest / "other.tar").write_bytes(b"not ours")  # a .tar without our prefix: no objection
+    with caplog.at_level(logging.INFO, logger="shard_writer.publish"):
+        assert prepare_dest(Destination(str(dest)), "ab" * 32, OPTIONS) is None
+    assert json.loads((dest / STATE_NAME).read_text()) == {"fingerprint": "ab" * 32}
+    assert not (dest / ".train-000000.tar.tmp-123").exists()
+    assert [r.getMessage() for r in caplog.records] == [
+        "removed stale temporary file .train-000000.tar.tmp-123"
+    ]
+
+
+def test_a_complete_pack_with_a_broken_manifest_is_named(packed, tmp_path: Path) -> None:
+    src, ref = packed
+    dest = tmp_path / "out"
+    shutil.copytree(ref, dest)
+    raw = json.loads((dest / "index.json").read_text())
+    (dest / "index.json").write_text(json.dumps({**raw, "shardlist": "gone"}))
+    with pytest.raises(ShardError) as info:
+        pack(str(src), str(dest), OPTIONS)
+    assert info.value.message == (
+        f"{dest}/index.json: malformed manifest: field 'shardlist' has the wrong type"
+    )
+
+
+def test_fingerprint_of_undecodable_names() -> None:
+    f = SourceFile(0, "a/\udcff.jpg", 0, 100)  # a non-UTF-8 file name, as os.listdir gives it
+    scan = Scan(root="/src", classes=("a",), files=(f,), problems=())
+    assert len(fingerprint(scan, (_spec("t-0.tar", f),), OPTIONS)) == 64
