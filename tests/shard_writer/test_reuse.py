@@ -326,3 +326,16 @@ def test_fingerprint_of_undecodable_names() -> None:
     f = SourceFile(0, "a/\udcff.jpg", 0, 100)  # a non-UTF-8 file name, as os.listdir gives it
     scan = Scan(root="/src", classes=("a",), files=(f,), problems=())
     assert len(fingerprint(scan, (_spec("t-0.tar", f),), OPTIONS)) == 64
+
+
+def test_overwrite_clears_the_old_manifest_and_markers_first(packed, tmp_path: Path) -> None:
+    """Before anything new is written: a pack that then fails leaves no manifest naming the old
+    shards, and no marker that could vouch for a file of the same name."""
+    _, ref = packed
+    dest = tmp_path / "out"
+    entries = _interrupted(ref, dest)
+    shutil.copy(ref / "index.json", dest / "index.json")
+    assert prepare_dest(Destination(str(dest)), "0" * 64, replace(OPTIONS, overwrite=True)) is None
+    assert not (dest / "index.json").exists() and not list(dest.glob("*.tar"))
+    assert [p.name for p in (dest / STATE_DIR).iterdir()] == ["state.json"]
+    assert not (dest / marker_name(entries[0]["url"])).exists()
