@@ -139,8 +139,8 @@ def test_settings_that_must_match(uneven_dataset: Path, state: dict, key, value,
         (lambda s: s.update(segments=[]), "malformed loader state: no segments or no sources"),
         (lambda s: s.update(epoch=-1), "malformed loader state: no segments or no sources"),
         (lambda s: s["mixture"].update(sources=[]), "malformed loader state: no segments or no"),
-        (lambda s: s["mixture"]["sources"][0].update(weight=0), "ValueError('weight 0.0')"),
-        (lambda s: s["mixture"]["sources"][0].update(weight=-2), "ValueError('weight -2.0')"),
+        (lambda s: s["mixture"]["sources"][0].update(weight=0), "malformed loader state: ValueError('weight 0.0')"),
+        (lambda s: s["mixture"]["sources"][0].update(weight=-2), "malformed loader state: ValueError('weight -2.0')"),
         (lambda s: s["mixture"]["sources"][0].update(cursor="c"), "malformed loader state: Val"),
         (lambda s: s["mixture"].update(epoch_size="n"), "malformed loader state: ValueError("),
         (lambda s: s.update(mixture=[]), "malformed loader state: TypeError("),
@@ -156,7 +156,7 @@ def test_malformed_states_are_refused(uneven_dataset: Path, state: dict, edit, e
     loader = _loader(uneven_dataset)
     with pytest.raises(ConfigError) as info:
         loader.load_state_dict(bad)
-    assert error in info.value.message
+    assert info.value.message.startswith(error)
     assert loader.start_batch == 0  # nothing half-applied
 
 
@@ -177,7 +177,7 @@ def test_another_data_set_is_named(
         "add it back to finish that epoch, or start a fresh epoch without the state"
     )
     no_url = copy.deepcopy(state)
-    no_url["mixture"]["sources"][0]["url"] = ""
+    del no_url["mixture"]["sources"][0]["url"]  # the field is optional
     with pytest.raises(ConfigError) as info:
         other.load_state_dict(no_url)
     assert f"still needs identity {state['dataset'][:12]}... (source 0" in info.value.message
