@@ -17,7 +17,7 @@ from loaders.plan.epoch import (
     rank_span,
     samples_per_rank,
 )
-from loaders.plan.items import Slice, as_pad, merge_slices, take_items
+from loaders.plan.items import Piece, Slice, as_pad, merge_slices, take_items
 from loaders.plan.shuffle import (
     block_permutation,
     block_seed,
@@ -164,3 +164,14 @@ def test_item_lists() -> None:
     assert len(Slice(4, 3, 9)) == 6 and Slice(4, 3, 9, 1, 2, True).cut(1, 3) == Slice(
         4, 4, 6, 1, 2, True
     )
+
+
+def test_pieces_of_a_partly_delivered_block() -> None:
+    base = (Slice(0, 0, 4), Slice(1, 0, 3))
+    whole = Piece(base, 2, 5)
+    assert whole.kept().tolist() == [2, 3, 4] and len(whole) == 3 and whole.base_len == 7
+    padded = Piece(base, 0, 7, seed=9, exclude=2, pad=True)
+    assert padded.cut(1, 3) == Piece(base, 1, 3, 9, 2, True)  # the padding flag is kept
+    kept = padded.kept()
+    gone = set(block_permutation(9, 7)[:2].tolist())
+    assert sorted(kept.tolist()) == sorted(set(range(7)) - gone) and len(kept) == 5
