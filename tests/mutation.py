@@ -135,6 +135,9 @@ def _setup(name: str, target: Target) -> Path:
         f"pytest_add_cli_args_test_selection ={lines(target.tests)}\n"
         # the torchrun / S3 tests are not this module's fast tests (unless it needs them)
         f"pytest_add_cli_args ={lines([*marks, '-p', 'no:cacheprovider'])}\n"
+        # a mutant that makes its tests 4x slower is caught (an endless loop, mostly): mutmut's
+        # default 15x spent ~2 minutes on each such mutant of the plan
+        "timeout_multiplier = 4.0\n"
     )
     return work
 
