@@ -130,8 +130,9 @@ faults: $(STAMP)
 # mutants of each in build/mutants/<target>/survivors.txt (tests/EQUIVALENT_MUTANTS.md: why
 # the ones left are equivalent)
 MUTANTS ?=
+MUTANT_CHILDREN ?= 2
 mutants: $(STAMP)
-	$(PY) tests/mutation.py $(MUTANTS)
+	$(PY) tests/mutation.py --children $(MUTANT_CHILDREN) $(MUTANTS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
