@@ -48,10 +48,12 @@ class CountingProxy:
                 finally:
                     conn.close()
                 self.send_response(resp.status, resp.reason)
+                head = self.command == "HEAD"  # no body: the upstream's length is the object's
                 for k, v in resp.getheaders():
-                    if k.lower() not in HOP and k.lower() != "content-length":
+                    if k.lower() not in HOP and (head or k.lower() != "content-length"):
                         self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
+                if not head:
+                    self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data)

@@ -13,7 +13,9 @@ up, or cycling with ``cycle=True``):
   (InternalError / SlowDown) with ``Connection: close``, close.
 
 ``injected`` counts the faults that actually took effect (a drop past the response's end does
-not count). Only 127.0.0.1, ever.
+not count). ``on_fault(fault)``, when given, runs as each fault takes effect, before the client
+sees the connection close (e.g. to replace the object a dropped GET was reading). Only
+127.0.0.1, ever.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 HOST = "127.0.0.1"
 
@@ -41,11 +43,13 @@ class FaultProxy:
         *,
         cycle: bool = False,
         stall_s: float = 3.0,
+        on_fault: Callable[[str], object] | None = None,
     ) -> None:
         self.upstream = (HOST, upstream_port)
         self.schedule = list(schedule)
         self.cycle = cycle
         self.stall_s = stall_s
+        self.on_fault = on_fault
         self.injected: Counter[str] = Counter()
         self.connections = 0
         self._lock = threading.Lock()
@@ -68,6 +72,8 @@ class FaultProxy:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
+        with contextlib.suppress(OSError):  # wakes the accept() below (close alone does not)
+            self._sock.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
             self._sock.close()
         self._thread.join(5)
@@ -107,6 +113,8 @@ class FaultProxy:
     def _count(self, fault: str) -> None:
         with self._lock:
             self.injected[fault.split(":", 1)[0]] += 1
+        if self.on_fault is not None:
+            self.on_fault(fault)
 
     def _handle(self, client: socket.socket, fault: str) -> None:
         upstream: socket.socket | None = None

@@ -41,7 +41,9 @@ class EpochSpec:
         if self.batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.seed < 0 or self.epoch < 0:
-            raise ConfigError(f"seed and epoch must be >= 0, got {self.seed}, {self.epoch}")
+            raise ConfigError(
+                f"seed and epoch must be >= 0, got seed={self.seed}, epoch={self.epoch}"
+            )
         if self.shuffle_buffer < 0:
             raise ConfigError(f"shuffle_buffer must be >= 0, got {self.shuffle_buffer}")
         if self.uneven is Uneven.MASK and self.drop_last:

@@ -21,6 +21,7 @@ from PIL import Image
 
 import wdstool.format.decode as decode
 from tests.conftest import REPO, make_tree
+from tests.extras import missing
 from tests.mutate import mutate
 from wdstool.base.errors import SampleError
 from wdstool.format.images import jpeg_exif_orientation
@@ -30,9 +31,10 @@ LINKS = ["torchvision", "torchcodec", "pil"]
 
 
 def _use(monkeypatch: pytest.MonkeyPatch, link: str) -> None:
-    """Leave only ``link`` as the whole-image decoder (skip if it is not installed)."""
+    """Leave only ``link`` as the whole-image decoder. TorchCodec is in the dev extra: without
+    it this fails (or skips where ``WDSTOOL_MISSING_EXTRAS`` names it, tests/extras.py)."""
     if link == "torchcodec" and TORCHCODEC is None:
-        pytest.skip("TorchCodec is not installed (pip install torchcodec)")
+        missing("torchcodec", "wdstool.format.decode could not load it")
     if link == "torchvision" and TORCHVISION is None:
         pytest.skip("this torchvision has no codecs")
     monkeypatch.setattr(decode, "_torchvision", TORCHVISION if link == "torchvision" else None)
@@ -244,7 +246,7 @@ def test_torchcodec_decodes_the_stored_layout_despite_exif_orientation(monkeypat
     stored size, and torchvision and PIL give the stored layout: so the orientation tag is
     neutralized before TorchCodec sees the bytes."""
     if TORCHCODEC is None:
-        pytest.skip("TorchCodec is not installed")
+        missing("torchcodec", "wdstool.format.decode could not load it")
     base = _encode(_noise(90, 60, 4), subsampling=2)
     for orientation in (3, 6, 8):
         data = _with_orientation(base, orientation)

@@ -4,6 +4,10 @@ Performance work must not change the order or the augmentation silently. When a 
 meant to alter them (a new shuffle, a new augmentation), update the digests below in the same
 commit and say so in its message. Last deliberate change: the restartable block shuffle and
 per-sample augmentation seeds (exact resume).
+
+The pixel digests also depend on Pillow's JPEG encoder (and the libjpeg it bundles): the fixture
+images are encoded at test time (tests/conftest.py), so a Pillow upgrade that encodes the same
+noise into other bytes changes them without any change here. The key digests do not.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import torch
 
 from loaders import make_loader
 
-PINNED = {  # (keys digest, pixels digest); torch 2.14.1 / torchvision 0.29.1 decoders
+PINNED = {  # (keys digest, pixels digest); torch 2.14.1 / torchvision 0.29.1 decoders, Pillow's encoder
     ("uint8", 0): ("1907e29023fcf3e1", "10041f99ca592432"),
     ("uint8", 1): ("22943911d360aa3a", "6f98800b433d3af1"),
     ("float", 0): ("1907e29023fcf3e1", "0ac070745f85ad62"),

@@ -54,7 +54,7 @@ def setups(draw):
         "seed": draw(st.integers(0, 3)),
         "epoch": draw(st.integers(0, 3)),
         "shuffle": draw(st.booleans()),
-        "buffer": draw(st.sampled_from([0, 1, 5, 16, 2000])),
+        "buffer": draw(st.sampled_from([0, 1, 2, 5, 16, 2000])),  # 2: the smallest shuffle
         "uneven": draw(st.sampled_from(["pad", "drop"])),
         "drop_last": draw(st.booleans()),
     }

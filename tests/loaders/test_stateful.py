@@ -27,14 +27,12 @@ def _keys(loader) -> list[tuple[str, ...]]:
 
 def test_the_loader_is_torchdata_stateful(learnable_dataset: Path) -> None:
     """torchdata's runtime-checkable protocol (torchdata 0.11 installs with torch 2.14 as it
-    is); without torchdata, the same shape is checked by hand."""
+    is; the dev extra installs it: tests/test_extras.py fails without it), and the same shape
+    checked by hand."""
+    from torchdata.stateful_dataloader import Stateful
+
     loader = _loader(learnable_dataset)
-    try:
-        from torchdata.stateful_dataloader import Stateful
-    except ImportError:
-        Stateful = None
-    if Stateful is not None:
-        assert isinstance(loader, Stateful)
+    assert isinstance(loader, Stateful)
     assert list(inspect.signature(loader.state_dict).parameters) == []
     assert list(inspect.signature(loader.load_state_dict).parameters) == ["state"]
 

@@ -18,9 +18,14 @@ from loaders.source import ShardAccess
 MB = 1_000_000
 
 
-@pytest.fixture
-def objects(s3_server, s3_bucket: str) -> dict[str, bytes]:
-    """Three 1 MB objects; two share a base name under different prefixes."""
+@pytest.fixture(scope="module")
+def objects(s3_server) -> dict[str, bytes]:
+    """Three 1 MB objects; two share a base name under different prefixes. Uploaded once for
+    the module: every test only reads them (each has its own cache folder)."""
+    import uuid
+
+    s3_bucket = f"c-{uuid.uuid4().hex[:16]}"
+    s3_server.make_bucket(s3_bucket)
     fs = fsspec.filesystem("s3", **s3_server.storage_options, skip_instance_cache=True)
     out = {}
     for i, key in enumerate(["a/train-000000.tar", "b/train-000000.tar", "a/train-000001.tar"]):
@@ -117,11 +122,16 @@ def test_limit_evicts_least_recently_used(objects, s3_server, tmp_path) -> None:
     )
     cache = ShardCache(tmp_path)
     _read_all(access, urls[0])
-    time.sleep(0.02)
     _read_all(access, urls[1])
-    time.sleep(0.02)
+    # the order of use is the entries' mtimes: set them apart explicitly (urls[0] the older),
+    # instead of sleeping between reads and hoping the clock ticks
+    now = time.time()
+    for url, age in ((urls[0], 200), (urls[1], 100)):
+        path = cache.lookup(url)
+        assert path is not None
+        os.utime(path, (now - age, now - age))
     assert _read_all(access, urls[0]) == objects[urls[0]]  # a hit: urls[0] is now the newest
-    time.sleep(0.02)
+    assert os.stat(cache.entry_path(urls[0])).st_mtime > now - 100  # the hit refreshed it
     _read_all(access, urls[2])  # over the limit: the least recently used (urls[1]) goes
     assert cache.lookup(urls[1]) is None
     assert cache.lookup(urls[0]) is not None and cache.lookup(urls[2]) is not None

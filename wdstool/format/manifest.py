@@ -143,12 +143,8 @@ def parse_manifest(data: bytes | str, where: str) -> Manifest:
             raise ShardError(f"{at}: malformed manifest: negative nsamples {nsamples}")
         if not url or url in seen:
             raise ShardError(f"{at}: malformed manifest: empty or duplicate url {url!r}")
-        seen.add(url)
-        filesize = raw.get("filesize", -1)
-        sha = raw.get("sha256", "")
-        if not isinstance(filesize, int) or isinstance(filesize, bool) or not isinstance(sha, str):
-            raise ShardError(f"{at}: malformed manifest: bad filesize or sha256")
-        shards.append(ShardEntry(url=url, nsamples=nsamples, filesize=filesize, sha256=sha))
+        # url and nsamples are fine: what the fast path refused is filesize's or sha256's type
+        raise ShardError(f"{at}: malformed manifest: bad filesize or sha256")
     classes = obj.get("classes", [])
     if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
         raise ShardError(f"{where}: malformed manifest: 'classes' must be a list of names")

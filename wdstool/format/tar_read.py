@@ -82,7 +82,8 @@ def _checksum_ok(block: bytes) -> bool:
     unsigned = sum(block[:148]) + 256 + sum(block[156:])
     if unsigned == want:
         return True
-    signed = unsigned - 2 * sum(b for b in block[:148] + block[156:] if b > 127)
+    # old tars summed the bytes as signed chars: each byte above 127 counts 256 less
+    signed = unsigned - 256 * sum(1 for b in block[:148] + block[156:] if b > 127)
     return signed == want
 
 
@@ -156,8 +157,8 @@ class TarSampleReader:
         self._max = max_member_size
         self._keep = keep
         self._seekable = bool(getattr(fileobj, "seekable", lambda: False)())
-        self._pending: TarMember | None = None  # lookahead header (data not consumed yet)
-        self._done = False
+        # absolute offset of the file's byte 0 (``start_offset`` may count from elsewhere)
+        self._base = start_offset - fileobj.tell() if self._seekable else 0
         self._offset = start_offset
 
     @property
@@ -195,6 +196,18 @@ class TarSampleReader:
             n -= len(chunk)
             self._pos += len(chunk)
 
+    def _check_end(self, at: int) -> None:
+        """A seek past the end of a file succeeds, so skipped data may not have been there:
+        at the end, a seekable file must reach the offset the headers led to."""
+        if not self._seekable:
+            return
+        end = self._f.seek(0, 2) + self._base
+        if end < at:
+            raise ShardError(
+                f"{self.url}: truncated member data: the shard ends at offset {end}, "
+                f"before offset {at}"
+            )
+
     def _next_member(self) -> TarMember | None:
         """Parse headers up to the next member (extensions resolved); None at end of archive."""
         long_name: str | None = None
@@ -205,6 +218,7 @@ class TarSampleReader:
             block = self._f.read(BLOCK)
             if len(block) < BLOCK:
                 if not block and long_name is None and not pax:
+                    self._check_end(at)
                     return None  # clean EOF at a block boundary
                 raise ShardError(f"{self.url}: truncated tar header at offset {at}")
             self._pos += BLOCK
@@ -261,7 +275,6 @@ class TarSampleReader:
                 yield MemberInfo(
                     name=m.name, offset=m.offset, data_offset=m.data_offset, size=m.size
                 )
-        self._done = True
 
     # --- samples -------------------------------------------------------------------------
     def _samples(self) -> Iterator[Sample]:
@@ -271,7 +284,7 @@ class TarSampleReader:
             if m is None:
                 break
             split = split_key(m.name) if m.kind in _REGULAR else None
-            if split is None or m.name.rsplit("/", 1)[-1].startswith("."):
+            if split is None:  # no extension, or a hidden file (".x.jpg": no key either)
                 self._discard(m.size + (-m.size % BLOCK), m.offset)
                 continue
             key, ext = split
@@ -297,7 +310,6 @@ class TarSampleReader:
         if current is not None:
             self._offset = self._pos
             yield current
-        self._done = True
 
     def __iter__(self) -> Iterator[Sample]:
         if not hasattr(self, "_gen"):
