@@ -116,18 +116,18 @@ def test_one_on_error_vocabulary_for_writers_and_loaders(tmp_path: Path) -> None
     """pack, reshard and the loader take the same two words; a writer still records "fail" for
     raise in index.json (the word it recorded before), so data sets written then keep their
     fingerprint and a rerun over them is still the same data set."""
-    from loaders.config import LoaderConfig
+    from loaders.config import BatchSettings
     from shard_writer import OnError, PackOptions, ReshardOptions, pack
     from wdstool.base.errors import ConfigError
 
     assert [e.value for e in OnError] == ["raise", "skip"]
     assert PackOptions().on_error is OnError.SKIP and ReshardOptions().on_error is OnError.RAISE
-    assert LoaderConfig(on_error="skip").on_error is OnError.SKIP
+    assert BatchSettings(on_error="skip").on_error is OnError.SKIP
     assert PackOptions(on_error="raise").on_error is OnError.RAISE
     with pytest.raises(ConfigError, match=r"^on_error='fail' is not one of 'raise', 'skip'$"):
         PackOptions(on_error="fail")  # the CLI's alias only; the library has one word per policy
     with pytest.raises(ConfigError, match=r"^on_error='fail' is not one of 'raise', 'skip'$"):
-        LoaderConfig(on_error="fail")
+        BatchSettings(on_error="fail")
     src = make_tree(tmp_path / "src", {"cat": 2, "dog": 2})
     pack(str(src), str(tmp_path / "out"), PackOptions(on_error=OnError.RAISE, workers=1))
     manifest = json.loads((tmp_path / "out" / "index.json").read_text())

@@ -206,7 +206,7 @@ def test_reachability_probe_before_ray_starts() -> None:
         port = s.getsockname()[1]
         check_reachable(f"127.0.0.1:{port}")
         check_reachable(f"ray://127.0.0.1:{port}")
-    with pytest.raises(ConfigError, match=rf"--ray-address 127.0.0.1:{port}: cannot reach"):
+    with pytest.raises(ConfigError, match=rf"ray_address=127.0.0.1:{port}: cannot reach"):
         check_reachable(f"127.0.0.1:{port}", timeout=5)
     check_reachable("auto")
     check_reachable("local")

@@ -120,7 +120,7 @@ def test_interrupted_pack_of_another_source_is_refused(packed, tmp_path: Path) -
     other = make_tree(tmp_path / "other", {"a": 5, "b": 5}, seed=14)
     with pytest.raises(DestinationError, match="an interrupted pack of a different source") as info:
         pack(str(other), str(dest), OPTIONS)
-    assert str(dest) in info.value.message and "--overwrite" in info.value.message
+    assert str(dest) in info.value.message and "overwrite=True" in info.value.message
     assert (dest / STATE_NAME).exists() and not (dest / "index.json").exists()  # left as it was
 
 
@@ -142,7 +142,7 @@ def test_rerun_of_a_complete_pack_reports_it_unchanged(packed, tmp_path: Path) -
         pack(str(src), str(dest), OPTIONS)
     assert info.value.message == (
         f"{shard}: missing or wrong size although index.json lists it; run `wdstool verify`, "
-        "or pack again with --overwrite"
+        "or pack again with overwrite=True"
     )
 
 
@@ -247,7 +247,7 @@ def test_overwrite_removes_only_this_packs_files(packed, tmp_path: Path) -> None
     with pytest.raises(DestinationError) as info:
         pack(str(src), str(dest), OPTIONS)
     assert info.value.message == (
-        f"{dest}: destination already holds a different dataset; use --overwrite to replace "
+        f"{dest}: destination already holds a different dataset; use overwrite=True to replace "
         "it, or choose another DEST"
     )
     summary = pack(str(src), str(dest), replace(OPTIONS, overwrite=True))
@@ -288,7 +288,7 @@ def test_what_another_pack_left_is_named(packed, tmp_path: Path, left: str) -> N
     with pytest.raises(DestinationError) as info:
         pack(str(src), str(dest), OPTIONS)
     assert info.value.message == (
-        f"{dest}: destination already holds {what}; use --overwrite to replace it, or choose "
+        f"{dest}: destination already holds {what}; use overwrite=True to replace it, or choose "
         "another DEST"
     )
 
