@@ -45,7 +45,11 @@ SETS = {
         ("wdstool:dino", "webdataset:dino"),
         ("wdstool:size160", "wdstool:size224"),
     ],
-    "large": [("wdstool:trivialaug", "whole:trivialaug"), ("wdstool:bicubic", "whole:bicubic")],
+    "large": [
+        ("wdstool:trivialaug", "whole:trivialaug"),
+        ("wdstool:bicubic", "whole:bicubic"),
+        ("wdstool:size160", "wdstool:size224"),
+    ],
 }
 
 
