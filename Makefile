@@ -79,7 +79,7 @@ bench-reshard: $(STAMP)
 	test -f $(BENCH_DATA)/shards/index.json || $(PY) -m wdstool pack $(BENCH_DATA)/images $(BENCH_DATA)/shards --max-count 1000
 	mkdir -p bench/results
 	$(PY) bench/reshard_bench.py $(BENCH_DATA)/shards --repeats $(BENCH_REPEATS) --workers 1,2 \
-		--memory-shards 2,10 --json bench/results/reshard-bench.json | tee bench/results/reshard-bench.txt
+		--memory-shards 2,10 --floor --json bench/results/reshard-bench.json | tee bench/results/reshard-bench.txt
 
 # The peer table: the same epoch through DALI (CPU), SPDL, litdata, MosaicML streaming, upstream
 # webdataset and ImageFolder, interleaved with wdstool's loader (bench/peers/run.py). The peers

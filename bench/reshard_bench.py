@@ -12,14 +12,22 @@ medians, and reshard/cp ratios pair by pair; and the CPU seconds (user + system,
 its workers) each spends per GB, a figure other load on a shared machine disturbs less. Memory: `wdstool reshard` runs as its own process
 on the first M shards for each M of ``--memory-shards``; the peak of the summed PSS of its
 process tree (the CLI and its worker processes, sampled every 50 ms) is reported for each, so
-one sees whether memory grows with the data set.
+one sees whether memory grows with the data set. Floor (``--floor``): what a shuffled copy of
+these bytes costs at the least, each part alone in one process: the source headers scanned
+(reshard's own scan), every sample's bytes copied in the kernel (``copy_file_range``, no Python
+per byte) in a seeded shuffled order into one file, and sha256 over the same bytes (index.json
+records every shard's digest); their CPU seconds per GB, and the MB/s that the sum of them
+allows on ``--workers``' largest count of cores.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import mmap
 import os
+import random
 import resource
 import shutil
 import statistics
@@ -31,7 +39,9 @@ import time
 from pathlib import Path
 
 from shard_writer.options import ReshardOptions
+from shard_writer.probe import EncodeOptions
 from shard_writer.reshard import reshard
+from shard_writer.tar_sources import scan_shard
 
 
 def _children(pid: int) -> list[int]:
@@ -101,6 +111,45 @@ def peak_memory(shards: list[Path], workers: int, max_count: int) -> tuple[float
     return peak[0], seconds
 
 
+def floor(shards: list[Path], cores: int) -> dict[str, float]:
+    """CPU seconds per GB of the scan, a shuffled in-kernel copy and sha256, each alone."""
+    nbytes = sum(p.stat().st_size for p in shards)
+    spans: list[tuple[int, int, int]] = []
+    c = _cpu_seconds()
+    for i, p in enumerate(shards):
+        spans += [
+            (i, f.piece.start, f.piece.end)
+            for f in scan_shard(str(p), i, None, False, EncodeOptions()).samples
+        ]
+    scan = _cpu_seconds() - c
+    random.Random(0).shuffle(spans)
+    fds = [os.open(p, os.O_RDONLY) for p in shards]
+    out = Path(tempfile.mkdtemp(prefix="reshard-floor-"))
+    os.sync()
+    c = _cpu_seconds()
+    dst = os.open(out / "copy.bin", os.O_WRONLY | os.O_CREAT)
+    for i, a, b in spans:
+        while a < b:
+            a += os.copy_file_range(fds[i], dst, b - a, a)
+    os.close(dst)
+    copy = _cpu_seconds() - c
+    maps = [memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_READ)) for fd in fds]
+    c = _cpu_seconds()
+    digest = hashlib.sha256()
+    for i, a, b in spans:
+        digest.update(maps[i][a:b])
+    sha = _cpu_seconds() - c
+    for m in maps:
+        m.release()
+    for fd in fds:
+        os.close(fd)
+    shutil.rmtree(out)
+    gb = nbytes / 1e9
+    out_s = {"scan": scan / gb, "copy": copy / gb, "sha256": sha / gb}
+    out_s["mb_per_s_bound"] = 1e3 / (sum(out_s.values()) / cores)
+    return out_s
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("shards", type=Path)
@@ -111,6 +160,7 @@ def main() -> None:
     ap.add_argument("--memory-shards", default="2,10")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--tmp", default=None, help="where outputs go (default: the system temp dir)")
+    ap.add_argument("--floor", action="store_true", help="also time the floor (see above)")
     args = ap.parse_args()
     manifest = json.loads((args.shards / "index.json").read_text())
     shards = [args.shards / e["url"] for e in manifest["shardlist"]][: args.nshards]
@@ -166,9 +216,22 @@ def main() -> None:
         print(
             f"memory: {m} shards ({n} samples): peak PSS of the process tree {pss:.0f} MB ({seconds:.1f} s, {max(workers)} workers)"
         )
+    bound = {}
+    if args.floor:
+        runs = [floor(shards, max(workers)) for _ in range(args.repeats)]
+        bound = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        print(
+            f"floor, CPU s/GB alone: scan {bound['scan']:.2f}, shuffled in-kernel copy "
+            f"{bound['copy']:.2f}, sha256 {bound['sha256']:.2f} -> at most "
+            f"{bound['mb_per_s_bound']:.0f} MB/s on {max(workers)} cores "
+            f"({bound['mb_per_s_bound'] / statistics.median(results['cp']):.2f} of cp)"
+        )
     if args.json:
         args.json.write_text(
-            json.dumps({"mb_per_s": results, "cpu_s_per_gb": cpu, "memory": memory}, indent=1)
+            json.dumps(
+                {"mb_per_s": results, "cpu_s_per_gb": cpu, "memory": memory, "floor": bound},
+                indent=1,
+            )
         )
 
 
