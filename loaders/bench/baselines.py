@@ -123,6 +123,9 @@ class _DecodeThen:
     def __call__(self, data: bytes) -> torch.Tensor:
         from torchvision.io import ImageReadMode, decode_image
 
+        from loaders.recipe import kernels
+
+        kernels.uninstall()  # upstream runs torchvision's stock kernels (a no-op unless forked)
         img = decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), ImageReadMode.RGB)
         return self.recipe(img)
 
