@@ -8,7 +8,6 @@ mixture that epoch was planned with, which may differ from the loader's own from
 
 from __future__ import annotations
 
-import hashlib
 import multiprocessing as mp
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from loaders.read import SourceReader, shard_reader, worker_stream
 from loaders.recipe import Recipe, Where
 from loaders.recipe.book import Recipes
 from loaders.schema import SampleSchema
-from loaders.source import DatasetIndex, ShardAccess
+from loaders.source import DatasetIndex, ShardAccess, identity_key
 from wdstool.base.errors import ConfigError
 from wdstool.format.images import IMAGE_EXTENSIONS
 
@@ -56,7 +55,7 @@ class LoaderSource:
     @property
     def key(self) -> int:
         """A stable integer from the data set's identity: seeds the source's walk."""
-        return int(hashlib.sha256(self.index.identity.encode()).hexdigest()[:15], 16)
+        return identity_key(self.index.identity)
 
     def reader(self) -> SourceReader:
         """Image members are read lazily (out of a mapping, local shards) unless a field or the

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from loaders.augment import IMAGENET_MEAN, IMAGENET_STD, normalize
-from loaders.recipe import Geometry, from_row
+from loaders.recipe import Geometry, as_size, from_row
 from loaders.recipe.render import apply, render
 from wdstool.base.errors import ConfigError
 from wdstool.format.decode import decode_jpegs, decode_rgb
@@ -68,13 +68,7 @@ class DeviceDecoder:
     ) -> None:
         if output not in ("float", "uint8"):
             raise ValueError(f"output={output!r} is not one of 'float', 'uint8'")
-        self.image_size = (
-            None
-            if image_size is None
-            else (image_size, image_size)
-            if isinstance(image_size, int)
-            else tuple(image_size)
-        )
+        self.image_size = None if image_size is None else as_size(image_size)
         self.device = torch.device(device)
         self.output = output
         self.scaled_decode = scaled_decode

@@ -158,9 +158,10 @@ class StreamingLoader:
         self.replaced_from = {}
         self._recycle(-1, [])  # batches of the last pass dropped since
         expected = self.dataset.remaining_batches()
+        budget = self._budget()
         for delivery in self.dataloader:
             batch = self._unwrap(delivery)
-            self._count(delivery)
+            self._count(delivery, budget)
             self.batches_delivered += 1
             yield batch
         if self.batches_delivered != expected:
@@ -176,14 +177,14 @@ class StreamingLoader:
                 _where(self.replaced_from),
             )
 
-    def _count(self, d: Delivery) -> None:
-        """Add a delivery's bookkeeping: replaced samples (against ``max_replaced``), bytes."""
+    def _count(self, d: Delivery, budget: int | None) -> None:
+        """Add a delivery's bookkeeping: replaced samples (against ``budget``, the epoch's
+        ``max_replaced`` in samples), bytes."""
         self.num_replaced += d.replaced
         self.bytes_read += d.nbytes
         for url, n in d.replaced_from.items():
             self.replaced_from[url] = self.replaced_from.get(url, 0) + n
-        budget = self._budget() if d.replaced else None
-        if budget is not None and sum(self.replaced_from.values()) > budget:
+        if d.replaced and budget is not None and sum(self.replaced_from.values()) > budget:
             raise ShardError(
                 f"rank {self.topology.rank}: {sum(self.replaced_from.values())} samples replaced "
                 f"in epoch {self.epoch}, over max_replaced={self.config.batch.max_replaced} "

@@ -27,6 +27,7 @@ from loaders.recipe import kernels
 from loaders.recipe.fuse import op_name, split
 from loaders.recipe.geometry import Geometry, Head, Size, eval_head, train_head
 from loaders.recipe.render import apply, render
+from loaders.recipe.schedule import as_size
 from loaders.recipe.seeding import Seeder, Where
 from wdstool.base.errors import ConfigError
 from wdstool.format.decode import PARTIAL_DECODE, decode_hwc, decode_rgb, header_size
@@ -34,19 +35,6 @@ from wdstool.format.images import MAX_PIXELS, is_jpeg
 
 DEFAULT_SIZE = 224
 log = logging.getLogger(__name__)
-
-
-def as_size(value: int | tuple[int, int] | list[int]) -> Size:
-    """An output size as (height, width): an int is square."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value, value
-    if (
-        isinstance(value, tuple | list)
-        and len(value) == 2
-        and all(isinstance(v, int) for v in value)
-    ):
-        return int(value[0]), int(value[1])
-    raise ConfigError(f"image_size={value!r}: give an int or a (height, width) pair")
 
 
 @dataclass(frozen=True)
@@ -118,19 +106,22 @@ class Recipe:
         if head is None:
             img = decode_rgb(data, max_pixels=max_pixels, where=where)
         elif partial and is_jpeg(data):
-            width, height = header_size(data, max_pixels=max_pixels, where=where)
-            geometry = head.draw(height, width, rng)
+            geometry = self.draw(data, rng, max_pixels=max_pixels, where=where)
             img = render(
                 data, geometry, out, partial=True, scaled=scaled, max_pixels=max_pixels, where=where
             )
         else:  # channels-last: the resize kernels run ~3x faster on it
             img = decode_hwc(data, max_pixels=max_pixels, where=where)
             img = apply(img, head.draw(img.shape[-2], img.shape[-1], rng), out)
+        return self.finish(img, rng, seeder)
+
+    def finish(self, img: torch.Tensor, rng: random.Random, seeder: Seeder) -> torch.Tensor:
+        """The tail on ``img`` (the head's output), seeded from ``rng``; ``img`` without one."""
         run = self.run_tail
-        if run is not None:
-            kernels.install()  # bit-identical, faster uint8 sharpness/solarize (once)
-            img = seeder(run, img, rng.getrandbits(63))
-        return img
+        if run is None:
+            return img
+        kernels.install()  # bit-identical, faster uint8 sharpness/solarize (once)
+        return seeder(run, img, rng.getrandbits(63))
 
     def at_size(self, size: Size, output: str = "uint8") -> Recipe:
         """The same recipe with its fused crop's output size replaced by ``size`` (an epoch of

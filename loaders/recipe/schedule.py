@@ -27,7 +27,9 @@ SizeArg = int | tuple[int, int] | Mapping[int, Any] | Callable[[int], Any]
 HORIZON = 1000  # epochs a plain callable is evaluated over to size the batch buffers
 
 
-def _size(value: Any, where: str) -> Size:
+def as_size(value: Any, where: str = "image_size") -> Size:
+    """An output size as (height, width), an int being square; at least 8 pixels a side.
+    ``where`` names the setting in the one-line ConfigError for anything else."""
     if isinstance(value, int) and not isinstance(value, bool):
         size = (value, value)
     elif (
@@ -94,7 +96,7 @@ class SizeSchedule:
                 raise ConfigError("image_size={}: a schedule needs at least one epoch")
             if any(not isinstance(e, int) or e < 0 for e in value):
                 raise ConfigError(f"image_size schedule {dict(value)!r}: epochs are ints >= 0")
-            steps = sorted((e, _size(v, f"image_size[{e}]")) for e, v in value.items())
+            steps = sorted((e, as_size(v, f"image_size[{e}]")) for e, v in value.items())
             self._epochs = [e for e, _ in steps]
             self._sizes = [s for _, s in steps]
             self.fn: Callable[[int], Any] | None = None
@@ -103,9 +105,9 @@ class SizeSchedule:
             self.fn = value
             self._epochs, self._sizes = [], []
             if isinstance(value, Ramp):
-                candidates = [_size(value.largest, "linear_ramp")]
+                candidates = [as_size(value.largest, "linear_ramp")]
             else:
-                candidates = [_size(value(e), f"image_size({e})") for e in range(HORIZON)]
+                candidates = [as_size(value(e), f"image_size({e})") for e in range(HORIZON)]
         else:
             raise ConfigError(f"image_size={value!r}: give a size, a mapping or a callable")
         self.largest: Size = max(candidates, key=lambda s: (s[0] * s[1], s))
@@ -114,7 +116,7 @@ class SizeSchedule:
         if self.fn is None:
             i = bisect.bisect_right(self._epochs, epoch) - 1
             return self._sizes[max(i, 0)]
-        size = _size(self.fn(epoch), f"image_size({epoch})")
+        size = as_size(self.fn(epoch), f"image_size({epoch})")
         if size[0] > self.largest[0] or size[1] > self.largest[1]:
             raise ConfigError(
                 f"image_size({epoch}) = {size} is larger than {self.largest}, the largest over "
@@ -136,4 +138,4 @@ def as_schedule(value: Any) -> SizeSchedule | None:
     return SizeSchedule(value)
 
 
-__all__ = ["HORIZON", "Ramp", "SizeArg", "SizeSchedule", "as_schedule", "linear_ramp"]
+__all__ = ["HORIZON", "Ramp", "SizeArg", "SizeSchedule", "as_schedule", "as_size", "linear_ramp"]

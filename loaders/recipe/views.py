@@ -74,9 +74,7 @@ def run_views(
             img = apply(whole, g, out)
         else:
             img = render(data, g, out, scaled=scaled, max_pixels=max_pixels, where=where)
-        if recipe.run_tail is not None:
-            img = seeder(recipe.run_tail, img, rng.getrandbits(63))
-        images.append(img)
+        images.append(recipe.finish(img, rng, seeder))
     return images  # type: ignore[return-value]
 
 

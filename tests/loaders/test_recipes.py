@@ -300,3 +300,15 @@ def test_pil_images_of_other_modes_are_rgb() -> None:
     Image.new("P", (30, 20), 3).save(buf, "PNG")
     got = build_recipe(v2.CenterCrop(10))(buf.getvalue(), random.Random(0), SEEDER)
     assert got.shape == (3, 10, 10)
+
+
+@pytest.mark.parametrize("size", [4, (224, 7), True, (224, 224.0), "224"])
+def test_a_fixed_image_size_is_an_int_or_pair_of_at_least_8(size: object) -> None:
+    """One parser for every size setting: fixed recipes, schedules and the device decoder."""
+    from loaders.device import DeviceDecoder
+
+    with pytest.raises(ConfigError, match="image_size"):
+        build_recipe(None, train=True, image_size=size)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="image_size"):
+        DeviceDecoder(image_size=size, device="cpu")  # type: ignore[arg-type]
+    assert build_recipe(None, train=True, image_size=(8, 12)).size == (8, 12)
