@@ -70,7 +70,8 @@ class ShardFile:
         return self._pos
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        self._pos = offset if whence == os.SEEK_SET else self._pos + offset
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: self.size}[whence]
+        self._pos = base + offset
         return self._pos
 
     def read(self, n: int = -1) -> bytes:
