@@ -17,7 +17,7 @@ import queue as queue_mod
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from shard_writer.options import PackSummary, ProgressFn, WriteOptions
@@ -45,14 +45,14 @@ class Engine:
     pool: Executor | None = None
     q: Any = None
     ray_start: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def finish(self, summary: PackSummary, probe_task: str) -> PackSummary:
         """The summary, with what a Ray run adds (CPUs, tasks per node)."""
         if self.ray_start is not None and self.pool is not None:
             pool: Any = self.pool
             summary.workers = pool.cpus()
-            summary.extra = {
+            summary.extra = {  # beside what the command put there (an append's version...)
+                **summary.extra,
                 "engine": "ray",
                 "ray_start_s": round(self.ray_start, 3),
                 "shards_per_node": pool.tasks_per_node("_run_task"),

@@ -95,6 +95,20 @@ def test_local_ray_instance_gives_local_bytes_and_leaves_no_process(
     assert all(node.startswith("127.0.0.1/") for node in summary["shards_per_node"])
     assert dir_bytes(tmp_path / "out") == dir_bytes(reference)
     assert "engine" not in (tmp_path / "out" / "index.json").read_text()
+    # a command's own summary fields stay beside Ray's (reshard: renamed/duplicates)
+    r = run_cli(
+        "reshard",
+        str(tmp_path / "out"),
+        str(tmp_path / "again"),
+        "--engine",
+        "ray",
+        "--workers",
+        "2",
+        "--json",
+        env={"RAY_ADDRESS": ""},
+    )
+    summary = json.loads(r.stdout)
+    assert summary["engine"] == "ray" and summary["renamed"] == 0 and "duplicates" in summary
     deadline = time.monotonic() + 20
     while (left := set(ray_processes()) - before) and time.monotonic() < deadline:
         time.sleep(0.2)
