@@ -49,7 +49,7 @@ def sample_spans(fileobj: BinaryIO, url: str) -> Iterator[SampleSpan]:
     members: list[MemberInfo] = []
     for m in TarSampleReader(fileobj, url).members():
         split = split_key(m.name)
-        if split is None or m.name.rsplit("/", 1)[-1].startswith("."):
+        if split is None:  # no extension, or a dot file
             continue
         if split[0] != key:
             if members:

@@ -84,21 +84,18 @@ def _needs_pax(name: str) -> bool:
 def member_header(name: str, size: int) -> bytes:
     """The header block(s) of a member: :func:`header`, preceded by a pax ``path`` record when
     ``name`` is not 1..100 ASCII bytes (the ustar name field then holds an ASCII stand-in)."""
+    if not _needs_pax(name):
+        return header(name, size)  # which refuses an unsafe name
     reasons = unsafe_reasons(name)
     if reasons:
         raise ValueError(f"refusing tar member '{printable_name(name)}': {', '.join(reasons)}")
-    if not _needs_pax(name):
-        return header(name, size)
     stand_in = name.encode("ascii", "replace").decode("ascii")[-100:].replace("/", "_")
     return _pax_header(name) + header(stand_in.lstrip(".") or "_", size)
 
 
 def member_size(name: str, payload: int) -> int:
     """Bytes a member named ``name`` with ``payload`` bytes of data takes in a shard."""
-    extra = 0
-    if _needs_pax(name):
-        records = len(_pax_record("path", name))
-        extra = BLOCK + -(-records // BLOCK) * BLOCK
+    extra = len(_pax_header(name)) if _needs_pax(name) else 0
     return extra + member_bytes(payload)
 
 
