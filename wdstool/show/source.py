@@ -15,8 +15,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-import braceexpand
-
 from wdstool.base.credentials import redact
 from wdstool.base.errors import ConfigError, ShardError, StorageError
 from wdstool.base.objects import Missing, object_size, url_fs
@@ -30,7 +28,7 @@ from wdstool.format.manifest import (
     parse_manifest,
     resolve_shard_url,
 )
-from wdstool.format.shardlist import tars_in
+from wdstool.format.shardlist import expand, is_pattern, tars_in
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,8 +65,8 @@ def open_dataset(source: str, storage_options: dict[str, Any] | None = None) -> 
     source = os.fspath(source)
     if not source:
         raise ConfigError("empty data set source")
-    if "{" in source or source.endswith(".tar"):
-        urls = sorted(braceexpand.braceexpand(source))
+    if is_pattern(source):
+        urls = expand(source)
         return _without_manifest(source, urls, _sizes(urls, storage_options))
     url = manifest_url_for(source)
     try:
