@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from loaders.plan import EpochSpec
+from loaders.plan import EpochSpec, as_enum
 from wdstool.base.errors import ConfigError, OnError
 
 
@@ -30,14 +30,6 @@ class Output(StrEnum):
 class WorkerMode(StrEnum):
     PROCESS = "process"  # DataLoader worker processes (torch's usual way)
     THREAD = "thread"  # decode threads in the loader's process: one heap, one torch
-
-
-def _enum(cls: type[StrEnum], name: str, value: object) -> StrEnum:
-    try:
-        return cls(value)
-    except ValueError:
-        choices = ", ".join(repr(e.value) for e in cls)
-        raise ConfigError(f"{name}={value!r} is not one of {choices}") from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,7 +46,7 @@ class WorkerSettings:
     context: str | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "mode", _enum(WorkerMode, "worker_mode", self.mode))
+        object.__setattr__(self, "mode", as_enum(WorkerMode, "worker_mode", self.mode))
         if self.num_workers < 0:
             raise ConfigError(f"num_workers must be >= 0, got {self.num_workers}")
         if self.prefetch_factor < 1:
@@ -75,8 +67,8 @@ class BatchSettings:
     max_replaced: int | float | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "output", _enum(Output, "output", self.output))
-        object.__setattr__(self, "on_error", _enum(OnError, "on_error", self.on_error))
+        object.__setattr__(self, "output", as_enum(Output, "output", self.output))
+        object.__setattr__(self, "on_error", as_enum(OnError, "on_error", self.on_error))
         m = self.max_replaced
         if m is not None and (
             isinstance(m, bool)

@@ -13,7 +13,6 @@ from loaders.plan.epoch import (
     RankPlan,
     RankShare,
     WorkerPlan,
-    k_of,
     num_batches,
     plan_epoch,
     samples_per_rank,
@@ -22,7 +21,7 @@ from loaders.plan.items import Item, Mix, Piece, Slice, take_items
 from loaders.plan.mixture import MixSource, Mixture, apportion
 from loaders.plan.resume import Segment, plan_resumed, remaining_items
 from loaders.plan.shuffle import block_permutation, block_seed, first_block, shuffle_blocks
-from loaders.plan.spec import EpochSpec, Topology, Uneven, as_uneven
+from loaders.plan.spec import EpochSpec, Topology, Uneven, as_enum, as_uneven, k_of
 
 __all__ = [
     "EpochItems",
@@ -40,6 +39,7 @@ __all__ = [
     "Uneven",
     "WorkerPlan",
     "apportion",
+    "as_enum",
     "as_uneven",
     "block_permutation",
     "block_seed",

@@ -21,7 +21,7 @@ import numpy as np
 from loaders.plan.items import Item, Mix, Slice, as_pad, merge_slices, take_items
 from loaders.plan.mixture import MixSource, Mixture, SourceEpoch
 from loaders.plan.shuffle import worker_seed
-from loaders.plan.spec import EpochSpec, Topology, Uneven, as_uneven
+from loaders.plan.spec import EpochSpec, Topology, Uneven, as_uneven, k_of
 from wdstool.base.errors import ConfigError
 
 
@@ -247,11 +247,6 @@ def rank_span(
         pad_at = (begin + j) % n if real else rank % n
         items.extend(as_pad(it) for it in take(pad_at, 1))
     return RankShare(items, total, keep)
-
-
-def k_of(num_workers: int) -> int:
-    """Streams per rank: one per DataLoader worker, one in-process stream for 0 workers."""
-    return max(1, num_workers)
 
 
 def rank_plan(share: RankShare, spec: EpochSpec, topo: Topology, generation: int = 0) -> RankPlan:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import TypeVar
 
 from wdstool.base.errors import ConfigError
 
@@ -15,11 +16,25 @@ class Uneven(StrEnum):
     MASK = "mask"  # ceil(N/W) slots, every sample exactly once, padding flagged invalid
 
 
-def as_uneven(value: Uneven | str) -> Uneven:
+E = TypeVar("E", bound=StrEnum)
+
+
+def as_enum(cls: type[E], name: str, value: object) -> E:
+    """``cls(value)``, or a one-line ConfigError naming the setting and its choices."""
     try:
-        return Uneven(value)
+        return cls(value)
     except ValueError:
-        raise ConfigError(f"uneven={value!r} is not one of 'pad', 'drop', 'mask'") from None
+        choices = ", ".join(repr(e.value) for e in cls)
+        raise ConfigError(f"{name}={value!r} is not one of {choices}") from None
+
+
+def as_uneven(value: Uneven | str) -> Uneven:
+    return as_enum(Uneven, "uneven", value)
+
+
+def k_of(num_workers: int) -> int:
+    """Streams per rank: one per DataLoader worker, one in-process stream for 0 workers."""
+    return max(1, num_workers)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,11 +96,11 @@ class Topology:
 
     @property
     def streams(self) -> int:
-        """Streams per rank: one per DataLoader worker, one in-process stream for 0 workers."""
-        return max(1, self.num_workers)
+        """Streams per rank (:func:`k_of` its workers)."""
+        return k_of(self.num_workers)
 
     def at(self, rank: int) -> Topology:
         return self if rank == self.rank else replace(self, rank=rank)
 
 
-__all__ = ["EpochSpec", "Topology", "Uneven", "as_uneven"]
+__all__ = ["EpochSpec", "Topology", "Uneven", "as_enum", "as_uneven", "k_of"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from loaders.recipe.fuse import op_name
@@ -100,6 +101,11 @@ class Recipes:
             raise ConfigError("views=[]: give at least one (transform, count)")
         return tuple(out)
 
+    @cached_property
+    def _unsized(self) -> Recipe:
+        """The scheduled pipeline split and probed once; each size is set on it (at_size)."""
+        return build_recipe(self.transform, output=self.output)
+
     def _build(self, size: Any) -> Recipe:
         key = None if size is None else tuple(size) if not isinstance(size, int) else size
         if key in self._cache:
@@ -110,8 +116,7 @@ class Recipes:
         elif tf is None or self.schedule is None:
             recipe = build_recipe(tf, train=self.train, image_size=size, output=self.output)
         else:
-            base = build_recipe(tf, output=self.output)
-            recipe = base.at_size(size, self.output)
+            recipe = self._unsized.at_size(size, self.output)
         self._cache[key] = recipe
         return recipe
 
