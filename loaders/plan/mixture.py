@@ -90,13 +90,19 @@ class Mixture:
 
     def distinct(self) -> list[int]:
         """Distinct samples each source gives an epoch: its share, or ``ceil(share / repeats)``."""
-        return [-(-s // self.repeats) for s in self.shares()]
+        return [distinct_of(s, self.repeats) for s in self.shares()]
 
     def cursors_at(self, epoch: int) -> list[int]:
         """Samples taken from each source before ``epoch`` (for ``epoch >= start_epoch``)."""
         base = self.cursors or (0,) * len(self.sources)
         done = max(0, epoch - self.start_epoch)
         return [c + done * d for c, d in zip(base, self.distinct(), strict=True)]
+
+
+def distinct_of(share: int, repeats: int) -> int:
+    """Distinct samples in a share of an epoch whose samples come ``repeats`` times each (the
+    cursor advances by it, the epoch's walk takes it)."""
+    return -(-share // repeats)
 
 
 def apportion(total: int, weights: Sequence[float]) -> list[int]:
@@ -179,7 +185,7 @@ class SourceEpoch:
         sizes = np.asarray(src.sizes, dtype=np.int64)
         n = int(sizes.sum())
         self.share = share
-        distinct = -(-share // repeats)
+        distinct = distinct_of(share, repeats)
         q, m = divmod(distinct, n)
         self.parts: list[tuple[int, Pass, int]] = []  # (length, pass, first position in it)
         for rep in range(q):
