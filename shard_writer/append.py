@@ -28,7 +28,7 @@ from shard_writer.dest import STATE_DIR, Destination
 from shard_writer.publish import STATE_NAME
 from shard_writer.write import ShardOutcome
 from wdstool.base.errors import DestinationError, InputError, WdsToolError
-from wdstool.format.manifest import MANIFEST_NAME, Manifest, ShardEntry, parse_manifest
+from wdstool.format.manifest import MANIFEST_NAME, Manifest, ShardEntry, manifest_from_json
 from wdstool.format.versions import Version
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ def read_base(dest: Destination) -> Base:
             raise _not_a_dataset(dest, "index.json is not valid JSON")
         raise _not_a_dataset(dest, "no index.json")
     try:
-        manifest = parse_manifest(json.dumps(raw), dest.display(MANIFEST_NAME))
+        manifest = manifest_from_json(raw, dest.display(MANIFEST_NAME))
     except WdsToolError as exc:
         raise _not_a_dataset(dest, exc.message) from None
     if not manifest.fingerprint or raw.get("format") != "wdstool-manifest":
@@ -142,8 +142,8 @@ def prepare_append(
     dest.ensure()
     state = dest.read_json(STATE_NAME) or {}
     listed = {s.url for s in base.manifest.shards}
-    markers = {n[: -len(".json")] for n in dest.listdir(STATE_DIR) if n.endswith(".tar.json")}
     if state.get("fingerprint") != layout:
+        markers = {n[: -len(".json")] for n in dest.listdir(STATE_DIR) if n.endswith(".tar.json")}
         for name in sorted(markers - listed):  # published by an interrupted append of another part
             log.info("removing %s: left by an interrupted append of other input", name)
             dest.remove(name)

@@ -14,7 +14,7 @@ from shard_writer.options import PackOptions, PackSummary, WriteOptions
 from shard_writer.scan import Scan
 from shard_writer.write import ShardOutcome, hash_file, marker_name
 from wdstool.base.errors import DestinationError, ShardError
-from wdstool.format.manifest import MANIFEST_NAME, parse_manifest
+from wdstool.format.manifest import MANIFEST_NAME, manifest_from_json
 
 log = logging.getLogger(__name__)
 STATE_NAME = f"{STATE_DIR}/state.json"
@@ -108,7 +108,7 @@ def reusable(dest: Destination, name: str) -> ShardOutcome | None:
 def summary_from_manifest(
     dest: Destination, raw: dict, started: float, workers: int
 ) -> PackSummary:
-    manifest = parse_manifest(json.dumps(raw), dest.display(MANIFEST_NAME))
+    manifest = manifest_from_json(raw, dest.display(MANIFEST_NAME))
     for entry in manifest.shards:
         if dest.size(entry.url) != entry.filesize:
             raise ShardError(

@@ -51,8 +51,7 @@ class Planned:
     urls: tuple[str, ...]  # every source shard, SRC after SRC (DEST's own first for --append)
     selection: Selection
     classes: tuple[str, ...]
-    recorded: dict[str, Any]
-    next_key: int  # past every numbered key (``<n>_...``) written: pack --append goes on there
+    recorded: dict[str, Any]  # options for index.json; "next_key": past every numbered key written
     appended: str = ""  # with DEST's own shards first (an append): the fingerprint of the input
 
 
@@ -149,7 +148,6 @@ def plan_reshard(
         selection=selection,
         classes=classes,
         recorded=recorded,
-        next_key=next_key,
         appended=appended,
     )
 
@@ -159,14 +157,19 @@ def _input_fingerprint(
 ) -> str:
     """What an append adds, whatever DEST holds: options and every source sample's members."""
     h = hashlib.sha256(json.dumps(recorded, sort_keys=True).encode())
-    names = [
-        f"{n}:{url.rstrip('/').rsplit('/', 1)[-1]}" for n, s in enumerate(sets) for url in s.urls
-    ]
-    for name, scan in zip(names, scans, strict=True):
+    for name, scan in zip(_source_names(sets), scans, strict=True):
         h.update(f"\1{name}\0{scan.damage}".encode("utf-8", "surrogateescape"))
         for f in scan.samples:
             h.update(f"\0{f.key}\0{f.piece.members}".encode("utf-8", "surrogateescape"))
     return h.hexdigest()
+
+
+def _source_names(sets: Sequence[SourceSet]) -> list[str]:
+    """Every source shard as the fingerprints name it: SRC position and file name, in order
+    (not its full URL, so disk and object store give the same fingerprint)."""
+    return [
+        f"{n}:{url.rstrip('/').rsplit('/', 1)[-1]}" for n, s in enumerate(sets) for url in s.urls
+    ]
 
 
 def _folder(url: str) -> str:
@@ -273,7 +276,7 @@ def copy_job(
         appended=planned.appended,
         command="reshard",
         inputs=tuple(s.name for s in planned.sets[1 if base is not None else 0 :]),
-        next_key=planned.next_key,
+        next_key=planned.recorded["next_key"],
         extra={"renamed": sel.renamed, "duplicates": sel.duplicates},
     )
 
@@ -282,12 +285,7 @@ def _fingerprint(planned: Planned, tasks: Sequence[CopyTask]) -> str:
     """What the shards are made of: options, classes, and per shard every sample's key and
     members (source shard by SRC position and name, offsets, sizes); the same whether the
     sources are read from disk or an object store."""
-    names: dict[int, str] = {}
-    shard = 0
-    for n, s in enumerate(planned.sets):
-        for url in s.urls:
-            names[shard] = f"{n}:{url.rstrip('/').rsplit('/', 1)[-1]}"
-            shard += 1
+    names = _source_names(planned.sets)  # by source shard index
     h = hashlib.sha256(
         json.dumps({"options": planned.recorded, "classes": planned.classes}).encode()
     )

@@ -105,6 +105,11 @@ def parse_manifest(data: bytes | str, where: str) -> Manifest:
         obj = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ShardError(f"{where}: not a valid JSON manifest: {exc}") from None
+    return manifest_from_json(obj, where)
+
+
+def manifest_from_json(obj: Any, where: str) -> Manifest:
+    """Validate a manifest already decoded from JSON (as :func:`parse_manifest`)."""
     if not isinstance(obj, dict):
         raise ShardError(f"{where}: malformed manifest: top level is not an object")
     if obj.get("__kind__") not in (None, "wids-shard-index-v1"):
