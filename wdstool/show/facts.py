@@ -63,6 +63,13 @@ class Meta:
     problems: tuple[str, ...]
 
 
+def label_text(meta: Meta, none: str = "") -> str:
+    """A sample's label as a tile shows it: "class (3)", "label 3", or ``none``."""
+    if meta.class_name is not None:
+        return f"{meta.class_name} ({meta.label})"
+    return none if meta.label is None else f"label {meta.label}"
+
+
 def image_ext(exts: tuple[str, ...] | Mapping[str, Any]) -> str | None:
     """The member a loader takes as the sample's image (the first in IMAGE_ORDER present)."""
     return next((e for e in IMAGE_ORDER if e in exts), None)

@@ -7,7 +7,7 @@ from typing import Any
 
 from wdstool.base.params import format_size
 from wdstool.format.tar_safety import printable_name
-from wdstool.show.facts import ImageFacts
+from wdstool.show.facts import ImageFacts, label_text
 from wdstool.show.stats import shard_name
 
 CHART_TITLES = {
@@ -49,10 +49,6 @@ def _full(n: int, files: dict[str, bytes]) -> str | None:
 def _tile(s, files: dict[str, bytes]) -> dict[str, Any]:
     f = s.picked.facts
     meta = s.meta
-    if meta.class_name is not None:
-        label = f"{meta.class_name} ({meta.label})"
-    else:
-        label = "no label" if meta.label is None else f"label {meta.label}"
     full = _full(s.n, files)
     h, w = s.thumb.shape[:2] if s.thumb is not None else (0, 0)
     return {
@@ -63,7 +59,7 @@ def _tile(s, files: dict[str, bytes]) -> dict[str, Any]:
         "thumb_h": h,
         "full": full,
         "nopic": s.problem or "",
-        "label_text": label,
+        "label_text": label_text(meta, none="no label"),
         "fields": list(meta.fields),
         "image_text": image_text(f.image),
         "shard": f"{shard_name(s.picked.url)} @ {f.offset:,} · {'+'.join(f.exts)}",
@@ -71,13 +67,14 @@ def _tile(s, files: dict[str, bytes]) -> dict[str, Any]:
     }
 
 
-def _views(views, shown, files: dict[str, bytes], seed: int) -> dict[str, Any] | None:
+def _views(views, pictured, files: dict[str, bytes], seed: int) -> dict[str, Any] | None:
+    """The model's-view table: ``views`` were made for ``pictured`` (the samples with a
+    picture), in that order."""
     if views is None:
         return None
-    good = [s for s in shown if s.thumb is not None]
     notes = []
     if views.stand_ins:
-        keys = ", ".join(good[i].key for i in views.stand_ins[:5])
+        keys = ", ".join(pictured[i].key for i in views.stand_ins[:5])
         notes.append(
             f"{len(views.stand_ins)} keys cannot be written to a tar header as they are "
             f"({keys}); their views use a stand-in key and differ from training's."
@@ -99,7 +96,7 @@ def _views(views, shown, files: dict[str, bytes], seed: int) -> dict[str, Any] |
                 "full": _full(s.n, files),
                 "images": [f"views/{s.n:04d}-{c}.jpg" for c in range(len(views.columns))],
             }
-            for s in good
+            for s in pictured
         ],
     }
 
@@ -141,7 +138,7 @@ def _table(name: str, stats: dict[str, Any]) -> tuple[list[str], list[list[str]]
     return [header, "count"], [[r["name"], _n(r["count"])] for r in rows_of]
 
 
-def _facts(ds, drawn, stats) -> list[tuple[str, str]]:
+def _facts(ds, stats) -> list[tuple[str, str]]:
     d = stats["dataset"]
     facts = [("source", ds.source)]
     if ds.manifest_url:
@@ -163,8 +160,11 @@ def _facts(ds, drawn, stats) -> list[tuple[str, str]]:
     return facts
 
 
-def page_context(*, ds, config, drawn, shown, stats, views, charts, files) -> dict[str, Any]:
-    """The template's variables."""
+def page_context(
+    *, ds, config, drawn, shown, pictured, stats, views, charts, files
+) -> dict[str, Any]:
+    """The template's variables (``pictured``: the shown samples with a picture, for whom
+    ``views`` were made)."""
     walked = len(drawn.facts) - len(shown)
     how = (
         "Every sample of the data set."
@@ -175,10 +175,10 @@ def page_context(*, ds, config, drawn, shown, stats, views, charts, files) -> di
     return {
         "title": ds.name or ds.source,
         "summary": f"{len(shown)} samples of {ds.source}",
-        "facts": _facts(ds, drawn, stats),
+        "facts": _facts(ds, stats),
         "drawn": how,
         "tiles": [_tile(s, files) for s in shown],
-        "views": _views(views, shown, files, config.seed),
+        "views": _views(views, pictured, files, config.seed),
         "stats_about": "Shards, samples and bytes per shard come from the manifest (the whole "
         f"data set); the rest from {len(drawn.facts)} samples: the {len(shown)} shown and "
         f"{walked} more whose headers were read after them.",

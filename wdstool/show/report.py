@@ -17,7 +17,7 @@ from wdstool.format.tar_safety import printable_name
 from wdstool.show.charts import all_charts
 from wdstool.show.config import ShowConfig
 from wdstool.show.draw import draw
-from wdstool.show.facts import Meta, image_ext, json_safe, read_meta
+from wdstool.show.facts import Meta, image_ext, json_safe, label_text, read_meta
 from wdstool.show.page import page_context
 from wdstool.show.ranged import ReadCounter
 from wdstool.show.render import check_out_dir, render_html, write_report
@@ -97,25 +97,25 @@ def build_report(
     shown = [_show(n, p, config, ds.classes, pictures, steps) for n, p in enumerate(drawn.picked)]
     stats = statistics(ds, drawn.facts)
     views = None
-    good = [s for s in shown if s.thumb is not None]  # what the loader can decode
+    pictured = [s for s in shown if s.thumb is not None]  # what the loader can decode
     # torch and the decoders load only for pictures, once the data set is found: a wrong
     # SOURCE fails at once, and --json alone reads headers without them
-    if columns and good:
+    if columns and pictured:
         from wdstool.show.views import model_views
 
         views = model_views(
-            [(s.picked.facts.key, _ext(s), s.picked.parts[_ext(s)]) for s in good],
+            [(s.picked.facts.key, _ext(s), s.picked.parts[_ext(s)]) for s in pictured],
             columns,
             seed=config.seed,
             image_size=config.image_size,
             progress=steps,
         )
     if out_dir is not None:
-        _write_folder(out_dir, ds, config, drawn, shown, stats, views)
+        _write_folder(out_dir, ds, config, drawn, shown, pictured, stats, views)
     if png is not None:
         from wdstool.show.sheet import contact_sheet, save_png
 
-        tiles = [(s.thumb, [s.key, _label_text(s.meta)]) for s in shown]
+        tiles = [(s.thumb, [s.key, label_text(s.meta)]) for s in shown]
         save_png(
             contact_sheet(tiles, f"{ds.source}: {len(shown)} samples, seed {config.seed}"), png
         )
@@ -151,13 +151,7 @@ def _show(
     return Shown(n=n, picked=p, meta=meta, thumb=thumb, problem=problem)
 
 
-def _label_text(meta: Meta) -> str:
-    if meta.class_name is not None:
-        return f"{meta.class_name} ({meta.label})"
-    return "" if meta.label is None else f"label {meta.label}"
-
-
-def _write_folder(out_dir, ds, config, drawn, shown, stats, views: Views | None) -> None:
+def _write_folder(out_dir, ds, config, drawn, shown, pictured, stats, views: Views | None) -> None:
     from wdstool.format.decode import decode_rgb
     from wdstool.show.sheet import encode_jpeg, encode_png
 
@@ -174,8 +168,7 @@ def _write_folder(out_dir, ds, config, drawn, shown, stats, views: Views | None)
             pixels = decode_rgb(data).permute(1, 2, 0).numpy()
             files[f"images/{s.n:04d}.png"] = encode_png(np.ascontiguousarray(pixels))
     if views is not None:
-        good = [s for s in shown if s.thumb is not None]
-        for s, images in zip(good, views.images, strict=True):
+        for s, images in zip(pictured, views.images, strict=True):
             for c, pixels in enumerate(images):
                 files[f"views/{s.n:04d}-{c}.jpg"] = encode_jpeg(pixels, quality=92)
     charts = all_charts(stats)
@@ -185,6 +178,7 @@ def _write_folder(out_dir, ds, config, drawn, shown, stats, views: Views | None)
         config=config,
         drawn=drawn,
         shown=shown,
+        pictured=pictured,
         stats=stats,
         views=views,
         charts=sorted(charts),
