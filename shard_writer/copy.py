@@ -13,19 +13,17 @@ changed since it was scanned is an error, never a silently wrong shard.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from shard_writer import sources
 from shard_writer.image import BadImage, prepare_image
 from shard_writer.probe import EncodeOptions
 from shard_writer.reshard_plan import Carried
 from shard_writer.tar_sources import Piece
 from shard_writer.write import ShardOutcome, write_published
 from wdstool.base.errors import InputError, StorageError
-from wdstool.base.urls import is_remote, local_path
+from wdstool.base.objects import Missing, SpanReader
 from wdstool.format.tar_index import header_says
 from wdstool.format.tar_write import BLOCK, END, write_member
 
@@ -56,7 +54,7 @@ class _Reader:
         self._next = 0
         self._run: tuple[int, int, int] = (-1, 0, 0)
         self._buf = memoryview(b"")
-        self._fds: dict[int, int] = {}
+        self._spans = SpanReader(task.storage_options)
         self.nread = 0
 
     def piece(self, p: Piece) -> memoryview:
@@ -70,34 +68,18 @@ class _Reader:
 
     def _read(self, shard: int, start: int, end: int) -> bytes:
         url = self._task.sources[shard]
-        if is_remote(url):
-            try:
-                data = sources.read_range(url, self._task.storage_options, start, end)
-            except sources.Missing:
-                raise InputError(f"{url}: source shard vanished during reshard") from None
-        else:
-            try:
-                fd = self._fds.get(shard)
-                if fd is None:
-                    fd = self._fds[shard] = os.open(local_path(url), os.O_RDONLY)
-                parts, pos = [], start
-                while pos < end:
-                    chunk = os.pread(fd, end - pos, pos)
-                    if not chunk:
-                        break
-                    parts.append(chunk)
-                    pos += len(chunk)
-                data = parts[0] if len(parts) == 1 else b"".join(parts)
-            except OSError as exc:
-                raise StorageError(f"{url}: cannot read: {exc.strerror or exc}") from None
+        try:
+            data = self._spans.read(url, start, end)
+        except Missing:
+            raise InputError(f"{url}: source shard vanished during reshard") from None
+        except OSError as exc:
+            raise StorageError(f"{url}: cannot read: {exc.strerror or exc}") from None
         if len(data) != end - start:
             raise InputError(f"{url}: shorter than when it was scanned (changed during reshard?)")
         return data
 
     def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
+        self._spans.close()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,10 +4,13 @@ What pack's remote sources (images named by URL, a listing on S3) and ``wdstool 
 (single samples out of remote shards) read: ranged GETs on S3 (``Range: bytes=a-b``, nothing
 past ``b`` is sent), ``cat_file`` with ``start``/``end`` on other fsspec URLs, each retried with
 :class:`wdstool.base.retry.RetryPolicy`; what is left is a one-line error naming the URL.
+:class:`SpanReader` reads spans of shards either way: remote ones by ranged reads, local ones
+by positioned reads on a file kept open (reshard's copy, ``wdstool show``).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -15,7 +18,7 @@ from wdstool.base.credentials import redact
 from wdstool.base.errors import InputError, StorageError
 from wdstool.base.retry import DEFAULT_RETRY, describe, error_code
 from wdstool.base.s3 import cached_s3_client, filesystem
-from wdstool.base.urls import is_s3, split_s3
+from wdstool.base.urls import is_remote, is_s3, local_path, split_s3
 
 T = TypeVar("T")
 
@@ -68,6 +71,44 @@ def read_range(
                 raise Missing(url) from None
 
     return _retried(url, get, storage_options)
+
+
+class SpanReader:
+    """Byte spans ``[start, end)`` of files by URL: a ranged read of a remote object
+    (:func:`read_range`), a positioned read of a local file, each file opened once until
+    :meth:`close`. A span past a file's end comes back short: the caller says what that means.
+    Raises what the store raises: Missing, StorageError (remote), OSError (local; a missing
+    file is FileNotFoundError). Not thread-safe: one per thread."""
+
+    def __init__(self, storage_options: dict[str, Any] | None = None) -> None:
+        self._options = storage_options
+        self._fds: dict[str, int] = {}
+
+    def read(self, url: str, start: int, end: int) -> bytes:
+        if is_remote(url):
+            return read_range(url, self._options, start, end)
+        fd = self._fds.get(url)
+        if fd is None:
+            fd = self._fds[url] = os.open(local_path(url), os.O_RDONLY)
+        parts, pos = [], start
+        while pos < end:
+            chunk = os.pread(fd, end - pos, pos)
+            if not chunk:
+                break
+            parts.append(chunk)
+            pos += len(chunk)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def __enter__(self) -> SpanReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def object_size(url: str, storage_options: dict[str, Any] | None = None) -> int:

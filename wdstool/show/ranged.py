@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wdstool.base.errors import ShardError, StorageError
-from wdstool.base.objects import Missing, read_range
-from wdstool.base.urls import is_remote, local_path
+from wdstool.base.objects import Missing, SpanReader
 
 READAHEAD = 4096  # a header, a small member and the next header (~1.5 KB) plus an image's head
 
@@ -54,12 +53,11 @@ class ShardFile:
         self.url = url
         self.size = size
         self._counter = counter
-        self._options = storage_options
         self._readahead = readahead
         self._pos = 0
         self._starts: list[int] = []  # fetched ranges, sorted and disjoint: where each starts
         self._chunks: list[bytes] = []  # ... and its bytes
-        self._fd: int | None = None
+        self._spans = SpanReader(storage_options)
         self.fetched = 0  # bytes fetched through this file
 
     # the file protocol TarSampleReader uses -------------------------------------------------
@@ -80,9 +78,7 @@ class ShardFile:
         return data
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        self._spans.close()
 
     def __enter__(self) -> ShardFile:
         return self
@@ -134,13 +130,12 @@ class ShardFile:
 
     def _fetch(self, start: int, end: int) -> bytes:
         end = min(end, self.size)
-        if is_remote(self.url):
-            try:
-                data = read_range(self.url, self._options, start, end)
-            except Missing:
-                raise ShardError(f"{self.url}: shard not found") from None
-        else:
-            data = self._pread_local(start, end - start)
+        try:
+            data = self._spans.read(self.url, start, end)
+        except (Missing, FileNotFoundError):
+            raise ShardError(f"{self.url}: shard not found") from None
+        except OSError as exc:
+            raise StorageError(f"{self.url}: cannot read: {exc.strerror or exc}") from None
         self._counter.add(len(data))
         self.fetched += len(data)
         if len(data) != end - start:
@@ -149,13 +144,3 @@ class ShardFile:
                 f"(the shard is shorter than the {self.size} bytes listed)"
             )
         return data
-
-    def _pread_local(self, start: int, n: int) -> bytes:
-        try:
-            if self._fd is None:
-                self._fd = os.open(local_path(self.url), os.O_RDONLY)
-            return os.pread(self._fd, n, start)
-        except FileNotFoundError:
-            raise ShardError(f"{self.url}: shard not found") from None
-        except OSError as exc:
-            raise StorageError(f"{self.url}: cannot read: {exc.strerror or exc}") from None
