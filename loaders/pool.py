@@ -58,11 +58,11 @@ def new_batch(
     return torch.empty_strided(shape, stride, dtype=dtype)
 
 
-def batch_bytes(batch_size: int, sizes: list[Size], dtype: torch.dtype, labels: bool = True) -> int:
+def batch_bytes(batch_size: int, sizes: list[Size], dtype: torch.dtype) -> int:
     """Bytes of one slot: a batch of each of ``sizes`` (the views of a recipe) and the labels."""
     itemsize = torch.empty(0, dtype=dtype).element_size()
     pixels = sum(batch_size * 3 * _hw(s)[0] * _hw(s)[1] * itemsize for s in sizes)
-    return _align(pixels) + (batch_size * 8 if labels else 0)
+    return _align(pixels) + batch_size * 8
 
 
 def _align(n: int) -> int:
