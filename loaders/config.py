@@ -22,6 +22,7 @@ from wdstool.base.errors import ConfigError, OnError
 
 
 class Output(StrEnum):
+    AUTO = "auto"  # what the recipe gives: uint8, or float for a pipeline that normalizes
     UINT8 = "uint8"
     FLOAT = "float"
     ENCODED = "encoded"  # compressed bytes + the recipe's geometry, for loaders.DeviceDecoder
@@ -55,12 +56,14 @@ class WorkerSettings:
 
 @dataclass(frozen=True, kw_only=True)
 class BatchSettings:
-    """What a batch is made of: ``output`` uint8, normalized float or encoded bytes; the
+    """What a batch is made of: ``output`` uint8, normalized float or encoded bytes (``auto``:
+    float where the recipe ends in float, as a pipeline with ToTensor + Normalize does, else
+    uint8; make_loader settles it from the recipe); the
     channels-last layout; the DCT-scaled decode of large regions; what a bad sample does
     (``on_error``) and how many may be replaced per epoch (``max_replaced``: a count, or a
     share of the rank's epoch)."""
 
-    output: Output = Output.UINT8
+    output: Output = Output.AUTO
     channels_last: bool = False
     scaled_decode: bool = True
     on_error: OnError = OnError.RAISE

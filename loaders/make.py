@@ -55,7 +55,7 @@ def make_loader(
     world_size: int | None = None,
     uneven: str = "pad",
     drop_last: bool = False,
-    output: str = "uint8",
+    output: str = "auto",
     channels_last: bool = False,
     scaled_decode: bool = True,
     transform: Callable[[torch.Tensor], torch.Tensor] | PerSize | None = None,
@@ -155,6 +155,7 @@ def make_loader(
         max_replaced=max_replaced,
     )
     recipes = Recipes(transform, train=train, image_size=image_size, output=output, views=views)
+    batch = replace(batch, output=recipes.output)  # "auto" settled by the recipe
     access = ShardAccess(
         storage_options=storage_options,
         cache_dir=None if cache_dir is None else os.fspath(cache_dir),

@@ -19,7 +19,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+import torch
+
 from loaders.recipe.fuse import op_name
+from loaders.recipe.imagetypes import Kind
 from loaders.recipe.recipe import Recipe, build_recipe
 from loaders.recipe.schedule import Size, as_schedule
 from wdstool.base.errors import ConfigError
@@ -51,7 +54,7 @@ class Recipes:
         *,
         train: bool = True,
         image_size: Any = None,
-        output: str = "uint8",
+        output: str = "auto",
         views: ViewsArg | None = None,
     ) -> None:
         self.transform, self.train, self.output = transform, train, output
@@ -65,6 +68,8 @@ class Recipes:
         first = self.schedule(0) if self.schedule is not None else fixed
         self._cache: dict[Any, Recipe] = {}
         self.base = self._build(first)
+        if output == "auto":  # the pipeline's: float where it normalizes, else uint8
+            self.output = "float" if self.base.dtype == torch.float32 else "uint8"
         if output == "encoded":
             self._check_encoded()
 
@@ -72,6 +77,12 @@ class Recipes:
         """output="encoded" decodes on the device: one geometric recipe, no pixel ops."""
         if self.views is not None:
             raise ConfigError("output='encoded' takes one recipe; views need output='uint8'")
+        if self.base.library != "torchvision v2" or self.base.kind is not Kind.TENSOR:
+            raise ConfigError(
+                f"output='encoded' decodes on the device with torchvision v2's ops; this "
+                f"{self.base.library} pipeline computes its pixels its own way "
+                f"({self.base.describe()}): use output='uint8' or 'auto'"
+            )
         if self.base.tail or not self.base.fused:
             what = ", ".join(op_name(op) for op in self.base.tail)
             raise ConfigError(
@@ -85,7 +96,7 @@ class Recipes:
             raise ConfigError("give transform or views, not both (each view has its transform)")
         if self.schedule is not None:
             raise ConfigError("views take no size schedule: each view's pipeline sets its size")
-        if output != "uint8":
+        if output not in ("uint8", "auto"):
             raise ConfigError(
                 f"views are uint8 batches (output={output!r}): normalize them on the device"
             )

@@ -21,7 +21,6 @@ parameters differently, so it stops the fusion like any other op.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -37,18 +36,10 @@ from loaders.recipe.geometry import (
     ResizeHead,
     Size,
 )
+from loaders.recipe.imagetypes import Kind, adapt
+from loaders.recipe.parts import Split
 
 _NO_OPS = (v2.ToImage, v2.ToPureTensor, v2.PILToTensor, v2.Identity, v2.RGB)
-
-
-@dataclass(frozen=True)
-class Split:
-    """A pipeline's parts: ``head`` (None: nothing fusable leads), the ``tail`` ops in order, and
-    the op that ended the fusable run where one did not fuse (its class name)."""
-
-    head: Head | None
-    tail: tuple[Callable[[Any], Any], ...]
-    stopped_by: str | None = None
 
 
 def flatten(transform: Callable[[Any], Any]) -> Iterator[Callable[[Any], Any]]:
@@ -145,13 +136,13 @@ def split(transform: Callable[[Any], Any]) -> Split:
         return Split(None, ())
     op, used = _geometric(ops, i)
     if op is None:
-        return Split(None, tuple(ops[i:]), op_name(ops[i]))
+        return Split(None, adapt(ops[i:], Kind.TENSOR), op_name(ops[i]))
     i += used
     flips = []
     while i < len(ops) and type(ops[i]) in (v2.RandomHorizontalFlip, v2.RandomVerticalFlip):
         flips.append(("h" if type(ops[i]) is v2.RandomHorizontalFlip else "v", float(ops[i].p)))
         i += 1
-    return Split(Head(op, tuple(flips)), tuple(ops[i:]))
+    return Split(Head(op, tuple(flips)), adapt(ops[i:], Kind.TENSOR))
 
 
-__all__ = ["Split", "flatten", "op_name", "split"]
+__all__ = ["flatten", "op_name", "split"]

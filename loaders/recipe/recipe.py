@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -24,8 +24,11 @@ from torchvision import transforms as T
 from torchvision.transforms import v2
 
 from loaders.recipe import kernels
-from loaders.recipe.fuse import op_name, split
+from loaders.recipe.adapters import split
+from loaders.recipe.fuse import op_name
 from loaders.recipe.geometry import Geometry, Head, Size, eval_head, train_head
+from loaders.recipe.imagetypes import Kind, as_kind, as_tensor
+from loaders.recipe.libhead import LibHead
 from loaders.recipe.render import apply, render
 from loaders.recipe.schedule import as_size
 from loaders.recipe.seeding import Seeder, Where
@@ -42,18 +45,24 @@ class Recipe:
     """What turns one sample's image bytes into the model's tensor (see the module's docstring).
 
     ``head``: the fused geometric part (None: the image is decoded whole and ``tail`` runs on
-    it); ``tail``: the ops run after it, in order; ``size``: the output (h, w) where every
-    sample has the same (None: it depends on the image, or on an opaque callable); ``dtype``:
-    the output's (uint8, or float32 for a pipeline that ends in ToDtype/Normalize);
-    ``stopped_by``: the op that kept the pipeline from being fused; ``name``: "train"/"eval"
-    for the built-in recipes."""
+    it): a torchvision v2 :class:`Head` drawn from the sample's ``random.Random``, or another
+    library's :class:`LibHead` drawn by that library's own functions from the seeded global
+    generators; ``tail``: the ops run after it, in order; ``size``: the output (h, w) where
+    every sample has the same (None: it depends on the image, or on an opaque callable);
+    ``dtype``: the output's (uint8, or float32 for a pipeline that ends in
+    ToTensor/ToDtype/Normalize; None: not known before a sample runs); ``stopped_by``: the op
+    that kept the pipeline from being fused; ``name``: "train"/"eval" for the built-in
+    recipes; ``kind``: the image type the pipeline was written for (what the tail, or an
+    unfused pipeline, is given); ``library``: who wrote it."""
 
-    head: Head | None
+    head: Head | LibHead | None
     tail: tuple[Callable[[Any], Any], ...] = ()
     size: Size | None = None
-    dtype: torch.dtype = torch.uint8
+    dtype: torch.dtype | None = torch.uint8
     stopped_by: str | None = None
     name: str | None = None
+    kind: Kind = Kind.TENSOR
+    library: str = "torchvision v2"
 
     @property
     def fused(self) -> bool:
@@ -62,9 +71,12 @@ class Recipe:
     @property
     def opaque(self) -> bool:
         """The tail holds callables other than torchvision's transforms (a function, a
-        ``Lambda``, another library's transform): they may draw from Python's or numpy's
-        generators too, which are then seeded as well."""
-        return any(_opaque(op) for op in self.tail)
+        ``Lambda``, another library's transform), or the head is drawn by another library:
+        they may draw from Python's or numpy's generators too, which are then seeded as
+        well."""
+        return any(_opaque(op) for op in self.tail) or (
+            isinstance(self.head, LibHead) and self.head.opaque
+        )
 
     @cached_property
     def run_tail(self) -> Callable[[Any], Any] | None:
@@ -103,8 +115,10 @@ class Recipe:
         decoded), written into ``out`` when given; then the tail, seeded from ``rng``. The
         result is ``out`` itself unless a tail made a new tensor."""
         head = self.head
+        if isinstance(head, LibHead):
+            return self._library_sample(head, data, rng, seeder, partial, scaled, max_pixels, where)
         if head is None:
-            img = decode_rgb(data, max_pixels=max_pixels, where=where)
+            img = as_kind(decode_rgb(data, max_pixels=max_pixels, where=where), self.kind)
         elif partial and is_jpeg(data):
             geometry = self.draw(data, rng, max_pixels=max_pixels, where=where)
             img = render(
@@ -115,13 +129,44 @@ class Recipe:
             img = apply(img, head.draw(img.shape[-2], img.shape[-1], rng), out)
         return self.finish(img, rng, seeder)
 
-    def finish(self, img: torch.Tensor, rng: random.Random, seeder: Seeder) -> torch.Tensor:
+    def finish(self, img: Any, rng: random.Random, seeder: Seeder) -> torch.Tensor:
         """The tail on ``img`` (the head's output), seeded from ``rng``; ``img`` without one."""
         run = self.run_tail
         if run is None:
-            return img
+            return as_tensor(img)
         kernels.install()  # bit-identical, faster uint8 sharpness/solarize (once)
-        return seeder(run, img, rng.getrandbits(63))
+        return as_tensor(seeder(run, img, rng.getrandbits(63)))
+
+    def _library_sample(
+        self,
+        head: LibHead,
+        data: bytes,
+        rng: random.Random,
+        seeder: Seeder,
+        partial: bool,
+        scaled: bool,
+        max_pixels: int,
+        where: str,
+    ) -> torch.Tensor:
+        """A sample through another library's head: its draws (the library's own functions on
+        the header's size), the decode of what they need, then the tail, all from one seed of
+        the global generators, in the order the library's pipeline makes them."""
+        width, height = header_size(data, max_pixels=max_pixels, where=where)
+        run = self.run_tail
+        if run is not None:
+            kernels.install()
+
+        def decode(g: Geometry) -> Any:
+            return head.render(
+                data, g, partial=partial, scaled=scaled, max_pixels=max_pixels, where=where
+            )
+
+        def tail(img: Any) -> torch.Tensor:
+            return as_tensor(img if run is None else run(img))
+
+        return seeder.staged(
+            rng.getrandbits(63), lambda: head.draw(height, width), decode, tail
+        )
 
     def at_size(self, size: Size, output: str = "uint8") -> Recipe:
         """The same recipe with its fused crop's output size replaced by ``size`` (an epoch of
@@ -137,23 +182,30 @@ class Recipe:
             head = self.head.with_size(size)
         except ValueError as exc:
             raise ConfigError(f"a size schedule: {exc}") from None
-        return _probed(Recipe(head, self.tail, size, stopped_by=self.stopped_by), output)
+        return _probed(replace(self, head=head, size=size), output)
 
     def describe(self) -> str:
-        """One line: what the decoder does and what runs in the workers."""
+        """One line: the library, what the decoder does and what runs in the workers."""
         tail = ", ".join(op_name(op) for op in self.tail)
         if self.head is None:
             first = f"{self.stopped_by} comes first" if self.stopped_by else "no geometric op"
-            return f"not fused ({first}): whole-image decode, then in the workers: {tail}"
+            on = "" if self.kind is Kind.TENSOR else f" as {_KIND_WORDS[self.kind]}"
+            return (
+                f"{self.library} pipeline, not fused ({first}): whole-image decode, then in "
+                f"the workers{on}: {tail}"
+            )
         text = f"fused into the decoder: {self.head.describe()}"
         if self.name is not None:
             text = f"built-in {self.name} recipe, {text}"
+        else:
+            text = f"{self.library} pipeline, {text}"
         return text + (f"; then in the workers on the crop: {tail}" if tail else "")
 
     def __str__(self) -> str:
         return self.describe()
 
 
+_KIND_WORDS = {Kind.PIL: "PIL images", Kind.NUMPY: "HWC arrays", Kind.TENSOR: "tensors"}
 _CONTAINERS = (
     v2.Compose,
     v2.RandomApply,
@@ -170,23 +222,49 @@ def _opaque(op: Any) -> bool:
     """``op`` is not a torchvision transform (nor a container of only those)."""
     if isinstance(op, v2.Lambda | T.Lambda):
         return True
+    if type(op).__module__.startswith("loaders.recipe."):  # our own conversions draw nothing
+        return False
     if isinstance(op, _CONTAINERS):
         return any(_opaque(t) for t in op.transforms)
     return not (isinstance(op, torch.nn.Module) and type(op).__module__.startswith("torchvision."))
 
 
-def _probe(recipe: Recipe) -> tuple[Size, torch.dtype]:
-    """The tail's output size and dtype, from a run on a grey image of the head's size (where
-    the ops fail on that image, the head's size and uint8: each sample is checked anyway)."""
-    assert recipe.size is not None
-    img = torch.full((3, *recipe.size), 128, dtype=torch.uint8)
+# the grey test images an unfused pipeline is probed on: two aspects, so that an output size
+# that depends on the image shows
+PROBES = ((300, 400), (450, 280))
+
+
+def _run_probe(recipe: Recipe, run: Callable[[Any], Any], size: Size) -> torch.Tensor:
+    img = as_kind(torch.full((3, *size), 128, dtype=torch.uint8), recipe.kind)
+    out = as_tensor(Seeder(Where.MAIN, recipe.opaque)(run, img, 0))
+    check_output(out, "transform, on a grey test image", None)
+    return out
+
+
+def _probe(recipe: Recipe) -> tuple[Size | None, torch.dtype | None]:
+    """The recipe's output size and dtype, from runs on grey images: the tail's on one of the
+    head's size, an unfused pipeline's on two of other shapes (its size where both agree).
+    Where the ops fail on those images: the head's size and uint8, or nothing known for an
+    unfused pipeline (each sample is checked anyway)."""
+    run = recipe.run_tail
+    if run is None:
+        return recipe.size, torch.uint8
+    if recipe.head is not None and recipe.size is None:
+        return None, None
     try:
-        out = Seeder(Where.MAIN, recipe.opaque)(recipe.run_tail, img, 0)
+        if recipe.head is not None:
+            outs = [_run_probe(recipe, run, recipe.size)]  # type: ignore[arg-type]
+        else:
+            outs = [_run_probe(recipe, run, size) for size in PROBES]
+    except ConfigError:
+        raise
     except Exception as exc:  # a real sample will say it, naming itself
         log.debug("transform: its ops failed on a grey test image: %s", exc)
-        return recipe.size, torch.uint8
-    check_output(out, "transform, on a grey test image", None)
-    return (int(out.shape[-2]), int(out.shape[-1])), out.dtype
+        return (recipe.size, torch.uint8) if recipe.head is not None else (None, None)
+    shapes = {tuple(o.shape[-2:]) for o in outs}
+    dtypes = {o.dtype for o in outs}
+    size = shapes.pop() if len(shapes) == 1 else None
+    return size, dtypes.pop() if len(dtypes) == 1 else None  # type: ignore[return-value]
 
 
 def check_output(img: Any, where: str, dtype: torch.dtype | None) -> None:
@@ -216,40 +294,52 @@ def build_recipe(
     output: str = "uint8",
 ) -> Recipe:
     """The recipe ``make_loader`` runs: the built-in train or eval one (``transform=None``, at
-    ``image_size``, default 224), or ``transform`` split for the decoder (ConfigError for a
-    transform that is not callable, an ``image_size`` that contradicts its output size, or a
-    float output where ``output="uint8"``)."""
+    ``image_size``, default 224), or ``transform`` split by its library's adapter
+    (``loaders.recipe.adapters``). ConfigError for a transform that is not callable or holds a
+    batch-level op, an ``image_size`` that contradicts its output size (fused or not), or a
+    float output where ``output="uint8"`` (``"auto"``: whatever the pipeline gives)."""
     if transform is None:
         size = as_size(DEFAULT_SIZE if image_size is None else image_size)
         head = train_head(size) if train else eval_head(size)
         return Recipe(head, size=size, name="train" if train else "eval")
     if not callable(transform):
         raise ConfigError(
-            f"transform={transform!r} is not callable: give a torchvision v2 pipeline or a "
-            "function of a uint8 [3,H,W] tensor"
+            f"transform={transform!r} is not callable: give a torchvision (v2 or v1), timm or "
+            "albumentations pipeline, or a function of a uint8 [3,H,W] tensor"
         )
     parts = split(transform)
-    size = parts.head.size if parts.head is not None else None
+    recipe = _probed(
+        Recipe(
+            parts.head,
+            parts.tail,
+            parts.head.size if parts.head is not None else None,
+            stopped_by=parts.stopped_by,
+            kind=parts.kind,
+            library=parts.library,
+        ),
+        output,
+    )
+    size = recipe.size
     if image_size is not None and size is not None and as_size(image_size) != size:
+        what = recipe.head.describe() if recipe.head is not None else recipe.library
         raise ConfigError(
-            f"image_size={image_size!r} but the transform's {parts.head.describe()} "  # type: ignore[union-attr]
-            f"outputs {size[0]}x{size[1]}; leave image_size out (the pipeline sets the size)"
+            f"image_size={image_size!r} but the transform ({what}) outputs {size[0]}x{size[1]}; "
+            "leave image_size out (the pipeline sets the size)"
         )
-    return _probed(Recipe(parts.head, parts.tail, size, stopped_by=parts.stopped_by), output)
+    return recipe
 
 
 def _probed(recipe: Recipe, output: str) -> Recipe:
-    """``recipe`` with the output size and dtype of its tail (a run on a test image)."""
-    if recipe.size is None or not recipe.tail:
-        return recipe
-    out_size, dtype = _probe(recipe)
-    if dtype != torch.uint8 and output == "uint8":
+    """``recipe`` with the output size and dtype its ops give (runs on test images)."""
+    size, dtype = _probe(recipe)
+    if dtype is not None and dtype != torch.uint8 and output == "uint8":
         raise ConfigError(
-            f"transform: its output is {str(dtype).replace('torch.', '')} (ToDtype/Normalize "
-            "in the pipeline) but output='uint8': end the pipeline at uint8 and normalize on "
-            "the device (loaders.normalize), or pass output='float'"
+            f"transform: its output is {str(dtype).replace('torch.', '')} (ToTensor/ToDtype/"
+            "Normalize in the pipeline) but output='uint8': end the pipeline at uint8 and "
+            "normalize on the device (loaders.normalize), or pass output='float' (the default, "
+            "output='auto', follows the pipeline)"
         )
-    return Recipe(recipe.head, recipe.tail, out_size, dtype, recipe.stopped_by)
+    return replace(recipe, size=size, dtype=dtype)
 
 
 __all__ = ["DEFAULT_SIZE", "Recipe", "as_size", "build_recipe", "check_output"]

@@ -94,6 +94,15 @@ def _seed_globals(seed: int) -> None:
     np.random.seed(seed & 0xFFFF_FFFF)
 
 
+def _globals_state() -> tuple[Any, Any]:
+    return random.getstate(), np.random.get_state()
+
+
+def _set_globals(state: tuple[Any, Any]) -> None:
+    random.setstate(state[0])
+    np.random.set_state(state[1])
+
+
 class Seeder:
     """Runs ``fn(img)`` with its random draws from ``seed`` (see the module's docstring).
     ``opaque``: ``fn`` may draw from Python's and numpy's generators too."""
@@ -103,39 +112,64 @@ class Seeder:
         self.opaque = opaque
 
     def __call__(self, fn: Callable[[Any], Any], img: Any, seed: int) -> Any:
+        return self.staged(seed, lambda: img, None, fn)
+
+    def staged(
+        self,
+        seed: int,
+        draw: Callable[[], Any],
+        work: Callable[[Any], Any] | None,
+        tail: Callable[[Any], Any],
+    ) -> Any:
+        """``tail(work(draw()))`` with every draw of ``draw`` and ``tail`` from ``seed``, as if
+        they ran in a row: ``work`` draws nothing (a decode) and, in a decode thread, runs
+        outside the lock that Python's and numpy's generators need, with their state after
+        ``draw`` handed on to ``tail``. ``work=None``: nothing between the two."""
         if self.where is Where.WORKER:
             torch.default_generator.manual_seed(seed)
             if self.opaque:
                 _seed_globals(seed)
-            return fn(img)
+            got = draw()
+            return tail(got if work is None else work(got))
         if self.where is Where.MAIN:
             state = torch.default_generator.get_state()
-            saved = (random.getstate(), np.random.get_state()) if self.opaque else None
+            saved = _globals_state() if self.opaque else None
             try:
                 torch.default_generator.manual_seed(seed)
                 if self.opaque:
                     _seed_globals(seed)
-                return fn(img)
+                got = draw()
+                return tail(got if work is None else work(got))
             finally:
                 torch.default_generator.set_state(state)
                 if saved is not None:
-                    random.setstate(saved[0])
-                    np.random.set_state(saved[1])
+                    _set_globals(saved)
         generator = getattr(_LOCAL, "generator", None)
         if generator is None:
             generator = _LOCAL.generator = torch.Generator()
         generator.manual_seed(seed)
         with _ThreadGenerator(generator):
             if not self.opaque:
-                return fn(img)
+                got = draw()
+                return tail(got if work is None else work(got))
             with _LOCK:
-                saved = (random.getstate(), np.random.get_state())
+                saved = _globals_state()
                 try:
                     _seed_globals(seed)
-                    return fn(img)
+                    got = draw()
+                    if work is None:
+                        return tail(got)
+                    after = _globals_state()
                 finally:
-                    random.setstate(saved[0])
-                    np.random.set_state(saved[1])
+                    _set_globals(saved)
+            img = work(got)
+            with _LOCK:
+                saved = _globals_state()
+                try:
+                    _set_globals(after)
+                    return tail(img)
+                finally:
+                    _set_globals(saved)
 
 
 __all__ = ["RANDOM_OPS", "Seeder", "Where"]

@@ -11,7 +11,9 @@ from loaders import make_loader
 
 
 def _epoch(ds: Path, **kw) -> list[dict]:
-    loader = make_loader(str(ds), 4, image_size=24, seed=3, persistent_workers=False, **kw)
+    if kw.get("transform") is None:  # a transform sets its own size
+        kw["image_size"] = 24
+    loader = make_loader(str(ds), 4, seed=3, persistent_workers=False, **kw)
     loader.set_epoch(1)
     return list(loader)
 

@@ -131,20 +131,24 @@ def test_a_pipeline_that_cannot_be_fused_still_works_and_says_why(
 
 
 def test_normalize_in_the_pipeline_gives_float_batches(uneven_dataset: Path) -> None:
-    """A pipeline ending in ToDtype + Normalize: refused with output="uint8", and with
-    output="float" the batch is torchvision's normalization of the uint8 pipeline's batch."""
+    """A pipeline ending in ToDtype + Normalize: refused with output="uint8"; by default
+    (output="auto") and with output="float" the batch is torchvision's normalization of the
+    uint8 pipeline's batch."""
     mean, std = [0.5, 0.4, 0.3], [0.2, 0.25, 0.3]
     tail = [v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std)]
     head = [v2.RandomResizedCrop(16), v2.RandomHorizontalFlip()]
     with pytest.raises(ConfigError, match="output='float'"):
-        make_loader(uneven_dataset, 4, transform=v2.Compose(head + tail))
-    floats = make_loader(
-        uneven_dataset, 4, transform=v2.Compose(head + tail), output="float", num_workers=2
-    )
+        make_loader(uneven_dataset, 4, transform=v2.Compose(head + tail), output="uint8")
     ints = make_loader(uneven_dataset, 4, transform=v2.Compose(head), num_workers=2)
-    for (kf, pf), (ki, pi) in zip(_epoch(floats), _epoch(ints), strict=True):
-        assert kf == ki and pf.dtype == torch.float32
-        assert torch.equal(pf, v2.Compose(tail)(pi))
+    assert ints.config.batch.output == "uint8"
+    for output in ("auto", "float"):
+        floats = make_loader(
+            uneven_dataset, 4, transform=v2.Compose(head + tail), output=output, num_workers=2
+        )
+        assert floats.config.batch.output == "float"
+        for (kf, pf), (ki, pi) in zip(_epoch(floats), _epoch(ints), strict=True):
+            assert kf == ki and pf.dtype == torch.float32
+            assert torch.equal(pf, v2.Compose(tail)(pi))
 
 
 def _fails_on_one(img: torch.Tensor) -> torch.Tensor:
