@@ -51,7 +51,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
 
-    from loaders.augment import decode_train, eval_box, eval_sample, train_params
+    from loaders.recipe.builtin import decode_train, eval_box, eval_sample, train_params
     from wdstool.format.decode import header_size, scale_for
 
     if args.images_dir:

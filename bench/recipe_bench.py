@@ -16,7 +16,9 @@ Pipelines (``NAME``, run alone with ``python bench/recipe_bench.py run NAME DATA
   at 0.05-0.32, bicubic, flip): ``views=`` against one decode per sample cropped ten times;
 - ``wdstool:size160`` / ``wdstool:size224``: the built-in recipe at 160 and 224 px;
 - ``old:default``: the built-in recipe of the checkout at ``--baseline-path`` (the code before
-  recipes), against ``wdstool:default``.
+  recipes), against ``wdstool:default``;
+- ``--set libraries``: timm's, torchvision v1's tutorial and their eval recipes through
+  wdstool, timm's own loader, upstream webdataset and ImageFolder (``bench/library_recipes.py``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,16 @@ SETS = {
     "schedules": [
         ("wdstool:dino", "webdataset:dino"),
         ("wdstool:size160", "wdstool:size224"),
+    ],
+    # issue 34: the recipes users already have (bench/library_recipes.py), through wdstool and
+    # through the loaders they come with
+    "libraries": [
+        ("wdstool:timm-train", "timm:timm-train"),
+        ("wdstool:timm-train", "webdataset:timm-train"),
+        ("wdstool:tutorial", "imagefolder:tutorial"),
+        ("wdstool:timm-eval", "timm:timm-eval"),
+        ("wdstool:timm-eval", "webdataset:timm-eval"),
+        ("wdstool:tutorial-eval", "imagefolder:tutorial-eval"),
     ],
     "large": [
         ("wdstool:trivialaug", "whole:trivialaug"),
@@ -91,6 +103,12 @@ def build(name: str, data: Path, workers: int, batch: int) -> tuple[Any, Any]:
     """The pipeline ``name`` and a function giving a batch's sample count."""
     kind, _, what = name.partition(":")
     shards = data / "shards"
+    sys.path.insert(0, str(HERE))
+    from library_recipes import RECIPES
+    from library_recipes import build as build_library
+
+    if what in RECIPES:
+        return build_library(kind, what, data, workers, batch)
     if kind in ("wdstool", "whole", "old"):
         from loaders import make_loader
 

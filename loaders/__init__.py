@@ -3,11 +3,11 @@
 >>> from loaders import make_loader, normalize
 """
 
-from loaders.augment import normalize
 from loaders.device import DeviceDecoder
 from loaders.loader import StreamingLoader
 from loaders.make import make_loader
 from loaders.recipe.book import per_size
+from loaders.recipe.normalize import normalize
 from loaders.recipe.schedule import linear_ramp
 from loaders.source import Source
 from wdstool.base.retry import RetryPolicy

@@ -17,12 +17,12 @@ from typing import Any
 
 import torch
 
-from loaders.augment import normalize, normalize_into
 from loaders.delivery import BatchMeta, Decoded, Delivery, Slot
 from loaders.plan import WorkerPlan
 from loaders.pool import BufferPool, new_batch
 from loaders.read import Located
 from loaders.recipe import Recipe, Seeder, Where, check_output, to_row
+from loaders.recipe.normalize import normalize, normalize_into
 from loaders.recipe.views import run_views
 from loaders.schema import FieldBatcher, SampleSchema
 from wdstool.base.errors import SampleError, ShardError, WdsToolError

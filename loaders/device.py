@@ -27,8 +27,8 @@ from typing import Any
 
 import torch
 
-from loaders.augment import IMAGENET_MEAN, IMAGENET_STD, normalize
 from loaders.recipe import Geometry, as_size, from_row
+from loaders.recipe.normalize import IMAGENET_MEAN, IMAGENET_STD, normalize
 from loaders.recipe.render import apply, render
 from wdstool.base.errors import ConfigError
 from wdstool.format.decode import decode_jpegs, decode_rgb

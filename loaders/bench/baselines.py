@@ -139,7 +139,7 @@ class _FastAugment:
         self.rng: random.Random | None = None
 
     def __call__(self, data: bytes) -> torch.Tensor:
-        from loaders.augment import train_sample
+        from loaders.recipe.builtin import train_sample
 
         if self.rng is None:
             self.rng = random.Random()
@@ -150,9 +150,9 @@ def _ceiling_worker(
     args: tuple[list[bytes], Any, bool, bool, bool, bool, int, Any],
 ) -> tuple[int, float]:
     images, recipe, as_float, partial, channels_last, scaled, seed, barrier = args
-    from loaders.augment import normalize
     from loaders.pool import new_batch
     from loaders.recipe import Seeder, Where
+    from loaders.recipe.normalize import normalize
 
     torch.set_num_threads(1)  # as in a DataLoader worker: one thread per process
     rng, seeder = random.Random(seed), Seeder(Where.WORKER, recipe.opaque)

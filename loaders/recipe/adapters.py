@@ -45,12 +45,14 @@ def walk(transform: Any) -> Iterator[Any]:
 
 
 def library(transform: Any) -> str:
-    """"albumentations", "timm", "torchvision v1" or "torchvision v2" (also for any other
+    """ "albumentations", "timm", "torchvision v1" or "torchvision v2" (also for any other
     callable: the v2 adapter runs what it does not know as an opaque tail)."""
     mod = _module(transform)
     if mod.startswith("albumentations"):
         return "albumentations"
-    if type(transform) is T.Compose or mod.startswith(("timm.", "torchvision.transforms.transforms")):
+    if type(transform) is T.Compose or mod.startswith(
+        ("timm.", "torchvision.transforms.transforms")
+    ):
         if any(_module(op).startswith("timm.") for op in walk(transform)):
             return "timm"
         return "torchvision v1"

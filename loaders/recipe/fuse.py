@@ -52,7 +52,11 @@ def flatten(transform: Callable[[Any], Any]) -> Iterator[Callable[[Any], Any]]:
 
 
 def op_name(op: Any) -> str:
-    """An op's name for messages: its class's, or a function's own."""
+    """An op's name for messages: its class's, a function's own, or the ``label`` of the
+    loader's own wrappers (the op a conversion stands for, the transforms of a pipeline)."""
+    label = getattr(op, "label", None)
+    if isinstance(label, str):
+        return label
     if isinstance(op, v2.Transform) or not hasattr(op, "__name__"):
         return type(op).__name__
     return op.__name__

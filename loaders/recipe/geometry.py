@@ -106,8 +106,8 @@ def resized_size(
     return (new_long, new_short) if width <= height else (new_short, new_long)
 
 
-def _center(outer: int, inner: int) -> int:
-    # torchvision's anchor: int(round(...)) with Python's round (halves to even)
+def center_offset(outer: int, inner: int) -> int:
+    """torchvision's CenterCrop anchor: int(round(...)) with Python's round (halves to even)."""
     return round((outer - inner) / 2.0)
 
 
@@ -161,8 +161,8 @@ class CropHead:
             top, left = rng.randint(0, height - ch), rng.randint(0, width - cw)
             return Geometry((height, width), top, left, ch, cw, self.size, "bilinear")
         pad = ch > height or cw > width
-        top = 0 if pad else _center(height, ch)
-        left = 0 if pad else _center(width, cw)
+        top = 0 if pad else center_offset(height, ch)
+        left = 0 if pad else center_offset(width, cw)
         return Geometry((height, width), top, left, ch, cw, self.size, "bilinear", pad=pad)
 
     def with_size(self, size: Size) -> CropHead:
@@ -204,7 +204,7 @@ class ResizeHead:
             top, left = rng.randint(0, rh - ch), rng.randint(0, rw - cw)
         else:
             pad = ch > rh or cw > rw
-            top, left = (0, 0) if pad else (_center(rh, ch), _center(rw, cw))
+            top, left = (0, 0) if pad else (center_offset(rh, ch), center_offset(rw, cw))
         return Geometry(
             (height, width),
             top,

@@ -74,6 +74,8 @@ class TensorToTensor:
     ``ToTensor`` gives for the PIL image of the same pixels (``x.to(float32).div(255)``, its
     own arithmetic); a float tensor passes (timm's ``MaybeToTensor`` lets tensors pass)."""
 
+    draws_nothing = True
+
     def __init__(self, replaced: Any) -> None:
         self.replaced = replaced
 
@@ -82,17 +84,25 @@ class TensorToTensor:
             return img.to(torch.float32).div(255)
         return self.replaced(img)
 
+    @property
+    def label(self) -> str:
+        return type(self.replaced).__name__
+
     def __repr__(self) -> str:
-        return f"{type(self.replaced).__name__}()"
+        return f"{self.label}()"
 
 
 class ToPIL:
     """Converts a uint8 tensor to the PIL image an op needs; passes a PIL image."""
 
+    draws_nothing = True
+
     def __call__(self, img: Any) -> Any:
         if isinstance(img, torch.Tensor):
             return to_pil(img)
         return img
+
+    label = "ToPIL"
 
     def __repr__(self) -> str:
         return "ToPIL()"
@@ -169,14 +179,20 @@ def _same(op: Any) -> Callable[[Any], Any]:
 class _Passes:
     """A ``PILToTensor`` given a uint8 tensor: it is one already."""
 
+    draws_nothing = True
+
     def __init__(self, replaced: Any) -> None:
         self.replaced = replaced
 
     def __call__(self, img: Any) -> Any:
         return img if isinstance(img, torch.Tensor) else self.replaced(img)
 
+    @property
+    def label(self) -> str:
+        return type(self.replaced).__name__
+
     def __repr__(self) -> str:
-        return f"{type(self.replaced).__name__}()"
+        return f"{self.label}()"
 
 
 TO_FLOAT = Rule(Kind.PIL, Kind.TENSOR, TensorToTensor)  # ToTensor: PIL -> float [0, 1]

@@ -35,6 +35,7 @@ from loaders.recipe.imagetypes import Kind, as_kind
 from wdstool.format.decode import decode_crop, decode_hwc, scale_for
 from wdstool.format.images import MAX_PIXELS, is_jpeg
 
+
 def stand_in(height: int, width: int) -> torch.Tensor:
     """An image of ``height`` x ``width`` with no pixels, for an op's parameter function (which
     reads only the size, through ``F.get_dimensions``/``F.get_image_size``)."""
@@ -146,18 +147,14 @@ class LibHead:
         """``g`` run on a decoded uint8 [3,H,W] image (whole, or decoded at a reduced scale) as
         the library's ops run it."""
         x = as_kind(img, self.kind)
-        if g.resized is None:
-            if g.pad:
-                x = F.center_crop(x, list(g.size))
-            else:
-                x = F.crop(x, g.top, g.left, g.height, g.width)
-                x = F.resize(x, list(g.size), _interp(g), antialias=g.antialias)
-            return self._finish(x, g)
-        x = F.resize(x, list(g.resized), _interp(g), antialias=g.antialias)
-        if g.pad:
+        if g.resized is not None:
+            x = F.resize(x, list(g.resized), _interp(g), antialias=g.antialias)
+        if g.pad:  # a CenterCrop larger than the image: F.center_crop pads it
             x = F.center_crop(x, list(g.size))
         else:
             x = F.crop(x, g.top, g.left, g.height, g.width)
+            if g.resized is None:
+                x = F.resize(x, list(g.size), _interp(g), antialias=g.antialias)
         return self._finish(x, g)
 
     def _finish(self, img: Any, g: Geometry) -> Any:

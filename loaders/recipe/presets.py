@@ -1,8 +1,9 @@
-"""Named training and evaluation recipes, written as torchvision v2 pipelines.
+"""Named training and evaluation recipes, each written in the library people write it with.
 
-What ``wdstool stream-bench --transform NAME`` and ``wdstool show --transform NAME`` measure and
-show: the recipes people train with (timm, DeiT, torchvision's references, open_clip), each
-built for an output size. ``--transform module:attr`` names a pipeline of one's own instead.
+What ``wdstool stream-bench --transform NAME``, ``wdstool show --transform NAME`` and
+``examples/train_ddp.py --recipe NAME`` measure, show and train with: the recipes people train
+with (torchvision's references and v1 tutorial, timm's ImageNet recipe, open_clip), each built
+for an output size. ``--transform module:attr`` names a pipeline of one's own instead.
 """
 
 from __future__ import annotations
@@ -59,6 +60,40 @@ def _trivialaug(size: int) -> Any:
     return v2.Compose([*_bicubic(size), v2.TrivialAugmentWide(), v2.RandomErasing(p=0.25)])
 
 
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+# timm's ImageNet training recipe (DeiT's, and timm's train.py defaults for ViTs), and its eval
+TIMM_TRAIN = dict(auto_augment="rand-m9-mstd0.5-inc1", interpolation="random", re_prob=0.25)
+TIMM_EVAL = dict(crop_pct=0.95, interpolation="bicubic")
+
+
+def _timm(size: int, train: bool, **kw: Any) -> Any:
+    try:
+        from timm.data import create_transform
+    except ImportError as exc:
+        raise ConfigError(
+            f"this preset is timm's create_transform: pip install timm ({exc})"
+        ) from None
+    return create_transform(
+        size, is_training=train, **{**(TIMM_TRAIN if train else TIMM_EVAL), **kw}
+    )
+
+
+def _tutorial(size: int) -> Any:
+    from torchvision import transforms as T
+
+    return T.Compose(
+        [T.RandomResizedCrop(size), T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(MEAN, STD)]
+    )
+
+
+def _tutorial_eval(size: int) -> Any:
+    from torchvision import transforms as T
+
+    return T.Compose(
+        [T.Resize(int(size / 0.875)), T.CenterCrop(size), T.ToTensor(), T.Normalize(MEAN, STD)]
+    )
+
+
 def _eval_bicubic(size: int, crop_pct: float = 0.95) -> Any:
     v2 = _v2()
     return v2.Compose(
@@ -79,7 +114,8 @@ PRESETS: dict[str, tuple[str, Callable[[int], Any] | None, bool]] = {
         True,
     ),
     "randaug": (
-        "RRC bicubic + flip + RandAugment(2, 9) + RandomErasing(0.25) (DeiT)",
+        "RRC bicubic + flip + torchvision's RandAugment(2, 9) + RandomErasing(0.25) on uint8 "
+        "(close to DeiT's; timm's own is timm-train)",
         _randaug,
         True,
     ),
@@ -96,6 +132,28 @@ PRESETS: dict[str, tuple[str, Callable[[int], Any] | None, bool]] = {
     "eval-bicubic": (
         "Resize(S/0.95) bicubic + CenterCrop(S) (timm eval at crop_pct 0.95)",
         _eval_bicubic,
+        False,
+    ),
+    "timm-train": (
+        "timm's create_transform(S, is_training=True, auto_augment='rand-m9-mstd0.5-inc1', "
+        "interpolation='random', re_prob=0.25): float batches",
+        lambda s: _timm(s, True),
+        True,
+    ),
+    "timm-eval": (
+        "timm's create_transform(S, crop_pct=0.95, interpolation='bicubic'): float batches",
+        lambda s: _timm(s, False),
+        False,
+    ),
+    "tutorial": (
+        "torchvision v1's tutorial recipe: RandomResizedCrop + flip + ToTensor + Normalize "
+        "on PIL images: float batches",
+        _tutorial,
+        True,
+    ),
+    "tutorial-eval": (
+        "torchvision v1: Resize(S/0.875) + CenterCrop(S) + ToTensor + Normalize: float batches",
+        _tutorial_eval,
         False,
     ),
 }

@@ -55,7 +55,7 @@ class Recipe:
     recipes; ``kind``: the image type the pipeline was written for (what the tail, or an
     unfused pipeline, is given); ``library``: who wrote it."""
 
-    head: Head | LibHead | None
+    head: Head | LibHead | Any
     tail: tuple[Callable[[Any], Any], ...] = ()
     size: Size | None = None
     dtype: torch.dtype | None = torch.uint8
@@ -75,7 +75,7 @@ class Recipe:
         they may draw from Python's or numpy's generators too, which are then seeded as
         well."""
         return any(_opaque(op) for op in self.tail) or (
-            isinstance(self.head, LibHead) and self.head.opaque
+            getattr(self.head, "seeded", False) and self.head.opaque  # type: ignore[union-attr]
         )
 
     @cached_property
@@ -115,7 +115,7 @@ class Recipe:
         decoded), written into ``out`` when given; then the tail, seeded from ``rng``. The
         result is ``out`` itself unless a tail made a new tensor."""
         head = self.head
-        if isinstance(head, LibHead):
+        if getattr(head, "seeded", False):  # another library's head: its own draws
             return self._library_sample(head, data, rng, seeder, partial, scaled, max_pixels, where)
         if head is None:
             img = as_kind(decode_rgb(data, max_pixels=max_pixels, where=where), self.kind)
@@ -139,7 +139,7 @@ class Recipe:
 
     def _library_sample(
         self,
-        head: LibHead,
+        head: Any,
         data: bytes,
         rng: random.Random,
         seeder: Seeder,
@@ -164,9 +164,7 @@ class Recipe:
         def tail(img: Any) -> torch.Tensor:
             return as_tensor(img if run is None else run(img))
 
-        return seeder.staged(
-            rng.getrandbits(63), lambda: head.draw(height, width), decode, tail
-        )
+        return seeder.staged(rng.getrandbits(63), lambda: head.draw(height, width), decode, tail)
 
     def at_size(self, size: Size, output: str = "uint8") -> Recipe:
         """The same recipe with its fused crop's output size replaced by ``size`` (an epoch of
@@ -222,7 +220,7 @@ def _opaque(op: Any) -> bool:
     """``op`` is not a torchvision transform (nor a container of only those)."""
     if isinstance(op, v2.Lambda | T.Lambda):
         return True
-    if type(op).__module__.startswith("loaders.recipe."):  # our own conversions draw nothing
+    if getattr(op, "draws_nothing", False):  # the conversions of loaders.recipe.imagetypes
         return False
     if isinstance(op, _CONTAINERS):
         return any(_opaque(t) for t in op.transforms)
@@ -291,7 +289,7 @@ def build_recipe(
     *,
     train: bool = True,
     image_size: int | tuple[int, int] | None = None,
-    output: str = "uint8",
+    output: str = "auto",
 ) -> Recipe:
     """The recipe ``make_loader`` runs: the built-in train or eval one (``transform=None``, at
     ``image_size``, default 224), or ``transform`` split by its library's adapter

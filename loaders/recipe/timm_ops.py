@@ -53,11 +53,15 @@ log = logging.getLogger(__name__)
 class _ToDtype:
     """timm's ``ToTensor(dtype)`` (``pil_to_tensor(img).to(dtype)``) given a uint8 tensor."""
 
+    draws_nothing = True
+
     def __init__(self, op: Any) -> None:
         self.dtype = op.dtype
 
     def __call__(self, img: Any) -> Any:
         return img.to(self.dtype)
+
+    label = "ToTensor"
 
     def __repr__(self) -> str:
         return f"ToTensor(dtype={self.dtype})"

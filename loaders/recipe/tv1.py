@@ -26,7 +26,7 @@ from typing import Any
 
 from torchvision import transforms as T
 
-from loaders.recipe.geometry import Geometry, Size, resized_size
+from loaders.recipe.geometry import Geometry, Size, center_offset, resized_size
 from loaders.recipe.imagetypes import TO_UINT8, Kind, adapt, needs_pil, rule
 from loaders.recipe.libhead import LibHead, LibOp, mode, stand_in
 from loaders.recipe.parts import Split
@@ -50,10 +50,6 @@ def as_hw(value: Any) -> Size:
     return int(value[0]), int(value[-1])
 
 
-def _center(outer: int, inner: int) -> int:
-    return int(round((outer - inner) / 2.0))  # F.center_crop's offset
-
-
 @dataclass(frozen=True)
 class ResizedCrop:
     """``transforms.RandomResizedCrop``: ``get_params`` (torch's generator), then
@@ -67,7 +63,9 @@ class ResizedCrop:
 
     def draw(self, height: int, width: int) -> Geometry:
         op = self.op
-        top, left, h, w = T.RandomResizedCrop.get_params(stand_in(height, width), op.scale, op.ratio)
+        top, left, h, w = T.RandomResizedCrop.get_params(
+            stand_in(height, width), op.scale, op.ratio
+        )
         return Geometry(
             (height, width), top, left, h, w, self.size, mode(op.interpolation), bool(op.antialias)
         )
@@ -85,7 +83,7 @@ def crop_on(height: int, width: int, crop: Any) -> tuple[int, int, int, int, boo
         return top, left, ch, cw, False
     if ch > height or cw > width:  # F.center_crop pads with zeros
         return 0, 0, ch, cw, True
-    return _center(height, ch), _center(width, cw), ch, cw, False
+    return center_offset(height, ch), center_offset(width, cw), ch, cw, False
 
 
 @dataclass(frozen=True)
@@ -187,9 +185,7 @@ def split(transform: Callable[[Any], Any], library: str = V1, matchers: tuple = 
         if found is not None:
             break
     if found is None:
-        return Split(
-            None, adapt(ops, kind), type(ops[i]).__name__, kind=kind, library=library
-        )
+        return Split(None, adapt(ops, kind), type(ops[i]).__name__, kind=kind, library=library)
     i += used
     flips = []
     while i < len(ops) and type(ops[i]) in FLIPS:

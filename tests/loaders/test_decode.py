@@ -10,14 +10,9 @@ import torch
 from PIL import Image
 from torchvision.transforms import v2
 
-from loaders.augment import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-    eval_augment,
-    normalize,
-    random_resized_crop_params,
-    train_augment,
-)
+from loaders.recipe.builtin import eval_augment, train_augment
+from loaders.recipe.geometry import random_resized_crop_params
+from loaders.recipe.normalize import IMAGENET_MEAN, IMAGENET_STD, normalize
 from wdstool.base.errors import SampleError
 from wdstool.format.decode import decode_rgb
 
@@ -101,7 +96,7 @@ def test_normalize_matches_reference() -> None:
 
 
 def test_normalize_into_equals_normalize() -> None:
-    from loaders.augment import normalize, normalize_into
+    from loaders.recipe.normalize import normalize, normalize_into
 
     x = torch.randint(0, 256, (2, 3, 5, 7), dtype=torch.uint8)
     out = torch.empty(x.shape, dtype=torch.float32)

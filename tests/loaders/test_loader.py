@@ -172,11 +172,12 @@ def test_custom_transform_replaces_augmentation(uneven_dataset: Path) -> None:
     assert (
         batch["pixel_values"].shape == (4, 3, 8, 8) and batch["pixel_values"].dtype == torch.float32
     )
-    # a float output where the batch is uint8: a one-line error naming the sample
-    with pytest.raises(
-        ConfigError, match=r"sample '.*': the transform returned float32 \[3, 8, 8\]"
-    ):
-        next(iter(make_loader(uneven_dataset, 4, num_workers=0, transform=tf)))
+    # by default the output follows the transform; a float output where uint8 was asked for
+    # is a one-line error before any worker starts
+    auto = next(iter(make_loader(uneven_dataset, 4, num_workers=0, transform=tf)))
+    assert auto["pixel_values"].dtype == torch.float32
+    with pytest.raises(ConfigError, match=r"its output is float32 .* but output='uint8'"):
+        make_loader(uneven_dataset, 4, num_workers=0, transform=tf, output="uint8")
 
 
 def test_brace_pattern_without_manifest_matches_manifest(uneven_dataset: Path, caplog) -> None:

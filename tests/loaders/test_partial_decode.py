@@ -16,7 +16,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import wdstool.format.decode as decode
-from loaders.augment import apply_train, decode_train, train_augment, train_params, train_sample
+from loaders.recipe.builtin import (
+    apply_train,
+    decode_train,
+    train_augment,
+    train_params,
+    train_sample,
+)
 from tests.jpegs import KINDS
 from tests.jpegs import jpeg as _jpeg
 from tests.jpegs import noise as _noise

@@ -230,8 +230,9 @@ def test_bad_pipelines_are_one_line_config_errors() -> None:
         ]
     )
     with pytest.raises(ConfigError, match="output='float'"):
-        build_recipe(to_float)
+        build_recipe(to_float, output="uint8")
     assert build_recipe(to_float, output="float").dtype == torch.float32
+    assert build_recipe(to_float).dtype == torch.float32  # output="auto" follows it
     # ops that fail on the grey probe image: each sample is checked when it runs
     assert build_recipe(v2.Compose([v2.RandomResizedCrop(24), v2.Lambda(_raise)])).size == (24, 24)
     with pytest.raises(ConfigError, match="returned str"):

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 import wdstool.format.decode as decode
-from loaders.augment import (
+from loaders.recipe.builtin import (
     apply_train,
     decode_train,
     eval_augment,
