@@ -1,5 +1,6 @@
-"""The compiled parts: wdstool/format/_jpegcrop.c (partial JPEG decode with libjpeg-turbo) and
-wdstool/format/_mapread.c (guarded reads out of memory-mapped shards).
+"""The compiled parts: wdstool/format/_jpegcrop.c (partial JPEG decode with libjpeg-turbo),
+wdstool/format/_mapread.c (guarded reads out of memory-mapped shards) and
+loaders/recipe/_pilresample.c (Pillow's resampling, bit for bit, vectorized).
 
 It is optional: where no C compiler or libjpeg headers are found (Debian/Ubuntu:
 ``apt install libjpeg-dev``) the build goes on without it and the loaders decode whole images
@@ -24,6 +25,15 @@ setup(
             "wdstool.format._mapread",
             ["wdstool/format/_mapread.c"],
             extra_compile_args=["-O2"],
+            optional=True,
+        ),
+        # Pillow's resize of the crop, bit for bit, for pipelines written for PIL images (timm's,
+        # torchvision v1's): -O3 vectorizes its passes; no contraction of a*b+c into one rounding,
+        # so the filter coefficients are Pillow's doubles exactly. Without it: Pillow's own resize
+        Extension(
+            "loaders.recipe._pilresample",
+            ["loaders/recipe/_pilresample.c"],
+            extra_compile_args=["-O3", "-ffp-contract=off"],
             optional=True,
         ),
     ]

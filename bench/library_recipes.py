@@ -28,29 +28,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-TIMM_TRAIN = dict(auto_augment="rand-m9-mstd0.5-inc1", interpolation="random", re_prob=0.25)
-TIMM_EVAL = dict(crop_pct=0.95, interpolation="bicubic")
-MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 RECIPES = ("timm-train", "timm-eval", "tutorial", "tutorial-eval")
 
 
 def recipe(name: str, size: int = 224) -> tuple[Any, bool]:
-    """(the transform, is it a training recipe)."""
-    from timm.data import create_transform
-    from torchvision import transforms as T
-
+    """(the transform: the preset of that name, posterize fixed for the baselines; is it a
+    training recipe)."""
+    from loaders.recipe.presets import resolve_transform
     from loaders.recipe.timm_ops import with_posterize_fix
 
-    if name == "timm-train":
-        return with_posterize_fix(create_transform(size, is_training=True, **TIMM_TRAIN)), True
-    if name == "timm-eval":
-        return create_transform(size, **TIMM_EVAL), False
-    norm = [T.ToTensor(), T.Normalize(MEAN, STD)]
-    if name == "tutorial":
-        return T.Compose([T.RandomResizedCrop(size), T.RandomHorizontalFlip(), *norm]), True
-    if name == "tutorial-eval":
-        return T.Compose([T.Resize(int(size / 0.875)), T.CenterCrop(size), *norm]), False
-    raise SystemExit(f"unknown recipe {name!r} ({', '.join(RECIPES)})")
+    choice = resolve_transform(name, size)
+    return with_posterize_fix(choice.transform), choice.train
 
 
 def _split(data: Path) -> str:
@@ -88,6 +76,8 @@ def build(kind: str, name: str, data: Path, workers: int, batch: int) -> tuple[A
         ds = create_dataset(
             "wds/bench", root=str(data), split=split, is_training=train, batch_size=batch
         )
+        from loaders.recipe.presets import TIMM_EVAL, TIMM_TRAIN
+
         args = TIMM_TRAIN if name == "timm-train" else TIMM_EVAL
         loader = create_loader(
             ds,

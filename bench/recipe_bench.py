@@ -165,7 +165,7 @@ def run_one(name: str, data: Path, workers: int, batch: int) -> dict[str, Any]:
 
         tf = resolve_transform(what, 224).transform
         index = resolve_source(str(data / "shards"))
-        got = ceiling(index, processes=workers, image_size=224, output="uint8", transform=tf)
+        got = ceiling(index, processes=workers, image_size=224, output="auto", transform=tf)
         return {"pipeline": name, "samples_per_s": got["samples_per_s"], "samples": got["samples"]}
     loader, count = build(name, data, workers, batch)
     t0 = time.perf_counter()

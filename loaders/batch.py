@@ -262,7 +262,9 @@ class BatchAssembler:
         for recipe in self.spec.recipes:
             final = out.tensor(recipe.size, dtype)[0] if recipe.size is not None else None
             finals.append(final)
-            works.append(final if final is None or final.dtype == torch.uint8 else self._work(n))
+            # a float recipe writes its float pixels into the slot itself (or they are copied)
+            own = final is None or final.dtype == torch.uint8 or recipe.dtype == torch.float32
+            works.append(final if own else self._work(n))
         stacked: list[list[torch.Tensor]] = [[] for _ in finals]
         for i in range(n):
             self._dest = [None if w is None else w[i] for w in works]  # the heads write there

@@ -116,7 +116,7 @@ class AlbuHead:
 
     seeded = True
     opaque = True
-    kind = Kind.NUMPY
+    kind = hands = Kind.NUMPY
     library = ALBU
 
     def __init__(self, pipeline: _Pipeline) -> None:

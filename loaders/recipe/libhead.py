@@ -26,12 +26,15 @@ import random
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
 import torch
+from PIL import Image
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as F
 
 from loaders.recipe.geometry import Geometry, Size
-from loaders.recipe.imagetypes import Kind, as_kind
+from loaders.recipe.imagetypes import Kind, as_kind, as_tensor
+from loaders.recipe.resample import pil_resize, support, windowed
 from wdstool.format.decode import decode_crop, decode_hwc, scale_for
 from wdstool.format.images import MAX_PIXELS, is_jpeg
 
@@ -66,12 +69,17 @@ class LibOp(Protocol):
 @dataclass(frozen=True)
 class LibHead:
     """A library's leading geometric run: one :class:`LibOp`, then flips (``("h", op)``:
-    a RandomHorizontalFlip, ``"v"`` vertical), run on images of ``kind`` (PIL or tensor)."""
+    a RandomHorizontalFlip, ``"v"`` vertical). ``kind``: whose pixels — PIL's (resampling of
+    PIL images, computed on HWC arrays by ``loaders.recipe.resample``, bit for bit) or torch's
+    (v1's ops on tensors); ``hands``: what the tail is given, a PIL image or a uint8 tensor (a
+    tail whose ops all take tensors, as ``ToTensor`` + ``Normalize`` do through
+    ``loaders.recipe.imagetypes``, skips the PIL image)."""
 
     op: LibOp
     flips: tuple[tuple[str, Any], ...] = ()
     kind: Kind = Kind.TENSOR
     library: str = "torchvision v1"
+    hands: Kind = Kind.TENSOR
 
     seeded = True  # the draws come from the seeded global generators, inside the seeder
 
@@ -110,24 +118,22 @@ class LibHead:
         """``g`` (drawn from ``data``'s header size) run on ``data``: a JPEG's region decoded
         alone for a crop-first geometry, else the whole image (see the module)."""
         jpeg = partial and is_jpeg(data)
-        if jpeg and not g.pad:
-            region = self._region(data, g, scaled)
-            if region is not None:
-                return self._finish(region, g)
+        if jpeg and not g.pad and g.resized is None:
+            scale = scale_for(g.height, g.width, g.size) if scaled else 1
+            crop = decode_crop(data, g.top, g.left, g.height, g.width, scale=scale)
+            if crop is not None:  # the region alone: crop nothing more, resize it
+                return self._run(crop, g._replace(top=0, left=0, height=-1, width=-1))
+        if jpeg and self._windowed(g, scaled):
+            # Resize + CenterCrop in PIL's pixels: only what the crop's resize reads decoded,
+            # only the crop resized
+            t, left, h, w = support(g.source, g.resized, g.interpolation, _box(g))  # type: ignore[arg-type]
+            crop = decode_crop(data, t, left, h, w)
+            if crop is not None:
+                part = crop.permute(1, 2, 0).numpy()
+                return self._pil_pixels(part, g, (t, left, *g.source))
         if jpeg:
-            return self.apply(self._whole(data, g, scaled, max_pixels, where), g)
-        return self.apply(decode_hwc(data, max_pixels=max_pixels, where=where), g)
-
-    def _region(self, data: bytes, g: Geometry, scaled: bool) -> Any:
-        """A crop-first geometry's output from the decoded region (None: decode whole)."""
-        if g.resized is not None:
-            return None
-        scale = scale_for(g.height, g.width, g.size) if scaled else 1
-        crop = decode_crop(data, g.top, g.left, g.height, g.width, scale=scale)
-        if crop is None:
-            return None
-        img = as_kind(crop, self.kind)
-        return F.resize(img, list(g.size), _interp(g), antialias=g.antialias)
+            return self._run(self._whole(data, g, scaled, max_pixels, where), g)
+        return self._run(decode_hwc(data, max_pixels=max_pixels, where=where), g)
 
     def _whole(
         self, data: bytes, g: Geometry, scaled: bool, max_pixels: int, where: str
@@ -145,24 +151,64 @@ class LibHead:
 
     def apply(self, img: torch.Tensor, g: Geometry) -> Any:
         """``g`` run on a decoded uint8 [3,H,W] image (whole, or decoded at a reduced scale) as
-        the library's ops run it."""
+        the library's ops run it; what the tail is given."""
+        return self._run(img, g)
+
+    def _run(self, img: torch.Tensor, g: Geometry) -> Any:
+        """``g`` on ``img``: the resize (to ``g.resized`` first, or after the crop), the crop
+        (``height`` -1: ``img`` is the region already), the flips."""
+        if self.kind is Kind.PIL and not g.pad:
+            return self._pil_pixels(img.permute(1, 2, 0).numpy(), g)
         x = as_kind(img, self.kind)
         if g.resized is not None:
             x = F.resize(x, list(g.resized), _interp(g), antialias=g.antialias)
         if g.pad:  # a CenterCrop larger than the image: F.center_crop pads it
             x = F.center_crop(x, list(g.size))
         else:
-            x = F.crop(x, g.top, g.left, g.height, g.width)
+            if g.height >= 0:
+                x = F.crop(x, g.top, g.left, g.height, g.width)
             if g.resized is None:
                 x = F.resize(x, list(g.size), _interp(g), antialias=g.antialias)
-        return self._finish(x, g)
-
-    def _finish(self, img: Any, g: Geometry) -> Any:
         if g.hflip:
-            img = F.hflip(img)
+            x = F.hflip(x)
         if g.vflip:
-            img = F.vflip(img)
-        return img
+            x = F.vflip(x)
+        return self._hand(x)
+
+    def _windowed(self, g: Geometry, scaled: bool) -> bool:
+        """A resize-first geometry of PIL's pixels the compiled resampler computes from a part
+        of the image (not where a scaled decode serves it better)."""
+        if self.kind is not Kind.PIL or g.pad or g.resized is None:
+            return False
+        if scaled and scale_for(*g.source, g.resized) > 1:
+            return False
+        return windowed(g.interpolation)
+
+    def _pil_pixels(self, arr: np.ndarray, g: Geometry, source: Any = None) -> Any:
+        """PIL's crop/resize/flips (``F.crop``/``F.resize``/``F.hflip`` on a PIL image) on an
+        HWC array: the same pixels (Pillow's resampling, ``loaders.recipe.resample``); a
+        resize-first geometry resizes only its crop (``source``: ``arr`` is that part of the
+        image, (top, left, height, width))."""
+        if g.resized is not None:
+            arr = pil_resize(arr, g.resized, g.interpolation, window=_box(g), source=source)
+        else:
+            if g.height >= 0:
+                arr = arr[g.top : g.top + g.height, g.left : g.left + g.width]
+            arr = pil_resize(arr, g.size, g.interpolation)
+        if g.hflip:
+            arr = arr[:, ::-1]
+        if g.vflip:
+            arr = arr[::-1]
+        arr = np.ascontiguousarray(arr)
+        if self.hands is Kind.PIL:
+            return Image.fromarray(arr, "RGB")
+        return torch.from_numpy(arr).permute(2, 0, 1)
+
+    def _hand(self, x: Any) -> Any:
+        """What the tail is given: ``x`` as ``hands``."""
+        if self.hands is Kind.TENSOR and isinstance(x, Image.Image):
+            return as_tensor(x)
+        return x
 
     def with_size(self, size: Size) -> LibHead:
         raise ValueError(
@@ -173,8 +219,12 @@ class LibHead:
     def describe(self) -> str:
         names = {"h": "RandomHorizontalFlip", "v": "RandomVerticalFlip"}
         flips = [f"{names[k]}({op.p:g})" for k, op in self.flips]
-        on = "PIL images" if self.kind is Kind.PIL else "tensors"
-        return " + ".join([self.op.describe(), *flips]) + f" ({self.library}, on {on})"
+        on = "PIL's pixels" if self.kind is Kind.PIL else "tensors"
+        return " + ".join([self.op.describe(), *flips]) + f" ({self.library}, {on})"
+
+
+def _box(g: Geometry) -> tuple[int, int, int, int]:
+    return g.top, g.left, g.height, g.width
 
 
 def _interp(g: Geometry) -> InterpolationMode:

@@ -27,7 +27,7 @@ from loaders.recipe import kernels
 from loaders.recipe.adapters import split
 from loaders.recipe.fuse import op_name
 from loaders.recipe.geometry import Geometry, Head, Size, eval_head, train_head
-from loaders.recipe.imagetypes import Kind, as_kind, as_tensor
+from loaders.recipe.imagetypes import Kind, NormalizedFloat, as_kind, as_tensor
 from loaders.recipe.libhead import LibHead
 from loaders.recipe.render import apply, render
 from loaders.recipe.schedule import as_size
@@ -116,7 +116,10 @@ class Recipe:
         result is ``out`` itself unless a tail made a new tensor."""
         head = self.head
         if getattr(head, "seeded", False):  # another library's head: its own draws
-            return self._library_sample(head, data, rng, seeder, partial, scaled, max_pixels, where)
+            lib = (head, data, rng, seeder, out, partial, scaled, max_pixels, where)
+            return self._library_sample(*lib)
+        if out is not None and out.dtype != torch.uint8:
+            out = None  # a v2 head writes uint8 pixels; the tail's float result is copied
         if head is None:
             img = as_kind(decode_rgb(data, max_pixels=max_pixels, where=where), self.kind)
         elif partial and is_jpeg(data):
@@ -143,6 +146,7 @@ class Recipe:
         data: bytes,
         rng: random.Random,
         seeder: Seeder,
+        out: torch.Tensor | None,
         partial: bool,
         scaled: bool,
         max_pixels: int,
@@ -150,11 +154,12 @@ class Recipe:
     ) -> torch.Tensor:
         """A sample through another library's head: its draws (the library's own functions on
         the header's size), the decode of what they need, then the tail, all from one seed of
-        the global generators, in the order the library's pipeline makes them."""
+        the global generators, in the order the library's pipeline makes them. A float
+        ``out`` (the batch's slot) takes the tail's ToTensor + Normalize straight away."""
         width, height = header_size(data, max_pixels=max_pixels, where=where)
-        run = self.run_tail
-        if run is not None:
+        if self.tail:
             kernels.install()
+        into = out if out is not None and out.dtype == torch.float32 else None
 
         def decode(g: Geometry) -> Any:
             return head.render(
@@ -162,7 +167,13 @@ class Recipe:
             )
 
         def tail(img: Any) -> torch.Tensor:
-            return as_tensor(img if run is None else run(img))
+            for op in self.tail:
+                img = (
+                    op(img, into)
+                    if isinstance(op, NormalizedFloat) and into is not None
+                    else op(img)
+                )
+            return as_tensor(img)
 
         return seeder.staged(rng.getrandbits(63), lambda: head.draw(height, width), decode, tail)
 
@@ -233,7 +244,9 @@ PROBES = ((300, 400), (450, 280))
 
 
 def _run_probe(recipe: Recipe, run: Callable[[Any], Any], size: Size) -> torch.Tensor:
-    img = as_kind(torch.full((3, *size), 128, dtype=torch.uint8), recipe.kind)
+    # a fused head hands its tail what the head says (a PIL head may hand a tensor)
+    kind = recipe.kind if recipe.head is None else getattr(recipe.head, "hands", recipe.kind)
+    img = as_kind(torch.full((3, *size), 128, dtype=torch.uint8), kind)
     out = as_tensor(Seeder(Where.MAIN, recipe.opaque)(run, img, 0))
     check_output(out, "transform, on a grey test image", None)
     return out

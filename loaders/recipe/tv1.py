@@ -191,8 +191,17 @@ def split(transform: Callable[[Any], Any], library: str = V1, matchers: tuple = 
     while i < len(ops) and type(ops[i]) in FLIPS:
         flips.append((FLIPS[type(ops[i])], ops[i]))
         i += 1
-    head = LibHead(found, tuple(flips), kind, library)
-    return Split(head, adapt(ops[i:], kind), kind=kind, library=library)
+    tail = ops[i:]
+    hands = Kind.TENSOR if kind is Kind.TENSOR or converts_first(tail) else Kind.PIL
+    head = LibHead(found, tuple(flips), kind, library, hands)
+    return Split(head, adapt(tail, hands), kind=kind, library=library)
+
+
+def converts_first(ops: list[Any]) -> bool:
+    """The first op turns a PIL image into a tensor and has a tensor form with the same result
+    (``ToTensor``, ``PILToTensor``, timm's ``MaybeToTensor``...), or there is none: a PIL
+    head can hand over a tensor of its pixels (every later op sees what it saw before)."""
+    return not ops or (rule(ops[0]).makes is Kind.TENSOR and rule(ops[0]).on_tensor is not None)
 
 
 __all__ = ["V1", "as_hw", "crop_on", "flatten", "match", "plain_crop", "split"]

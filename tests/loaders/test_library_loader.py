@@ -100,6 +100,39 @@ def test_the_tutorial_recipe_and_timms_eval_give_torchvisions_float_batches(
     assert all(p.dtype == torch.uint8 for _k, p in batches)
 
 
+def _images(shards: Path) -> dict[str, bytes]:
+    import webdataset as wds
+
+    return {
+        s["__key__"]: s["jpg"]
+        for tar in sorted(shards.glob("*.tar"))
+        for s in wds.WebDataset(str(tar), shardshuffle=False, empty_check=False)
+    }
+
+
+def test_a_batch_holds_what_the_recipe_gives_each_sample(uneven_dataset: Path) -> None:
+    """Written straight into the batch's slot (ToTensor + Normalize in one pass, float pixels
+    in shared memory): each sample's pixels are the recipe's for that sample's seed, which the
+    recipe tests hold equal to the library's own pipeline."""
+    import random
+
+    from loaders.recipe import Seeder, Where, build_recipe
+
+    tutorial = T.Compose(
+        [T.RandomResizedCrop(24), T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(MEAN, STD)]
+    )
+    images = _images(uneven_dataset)
+    for tf in (tutorial, timm_train()):
+        recipe = build_recipe(tf)
+        for workers in (0, 2):
+            loader = make_loader(uneven_dataset, 4, transform=tf, seed=3, num_workers=workers)
+            for keys, pixels in _epoch(loader, epoch=2):
+                for key, got in zip(keys, pixels, strict=True):
+                    rng = random.Random(f"aug:3:2:{key}".encode())
+                    want = recipe(images[key], rng, Seeder(Where.MAIN, True))
+                    assert torch.equal(got, want), (key, workers)
+
+
 def test_albumentations_per_thread_and_per_worker(uneven_dataset: Path) -> None:
     """An A.Compose with its own generators: the same pixels in decode threads (each thread
     draws on a copy of the pipeline) as in worker processes."""

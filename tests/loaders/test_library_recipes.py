@@ -202,8 +202,8 @@ def test_albumentations_pipelines_are_albumentations_bit_for_bit() -> None:
 def test_the_recipe_names_the_library_and_what_was_fused() -> None:
     line = str(build_recipe(TIMM["train-rand-inc1-random-interp-re"]))
     assert line.startswith("timm pipeline, fused into the decoder: RandomResizedCropAnd")
-    assert "interpolation=bilinear bicubic" in line and "on PIL images" in line
-    assert "then in the workers on the crop: RandAugment, MaybeToTensor, Normalize" in line
+    assert "interpolation=bilinear bicubic" in line and "PIL's pixels" in line
+    assert "then in the workers on the crop: RandAugment, MaybeToTensor + Normalize" in line
     assert str(build_recipe(V1["tutorial"])).startswith("torchvision v1 pipeline, fused")
     stopped = build_recipe(T.Compose([T.ColorJitter(0.2), T.RandomResizedCrop(8), T.ToTensor()]))
     assert not stopped.fused and stopped.kind is Kind.PIL
