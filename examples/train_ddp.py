@@ -13,6 +13,13 @@ last complete checkpoint mid-epoch, exactly where it stopped -- also on another 
 or workers (each new rank loads the loader state of old rank ``rank % old_world_size``: they
 describe the same history).
 
+``--recipe NAME|module:attr`` trains with a named recipe (``loaders/recipe/presets.py``:
+``timm-train``, ``tutorial``, ``trivialaug``...) or a pipeline of your own, in any library the
+loader takes (torchvision v1/v2, timm, albumentations); its evaluation counterpart evaluates.
+timm's own flags build timm's transform as its ``train.py`` does: ``--aa rand-m9-mstd0.5-inc1
+--reprob 0.25 --interpolation random --crop-pct 0.95``. A recipe that normalizes hands float
+batches (the loader follows the pipeline); uint8 batches are normalized on the device.
+
 On CUDA: NCCL, AMP (bf16) and channels-last; workers ship uint8 batches (4x fewer bytes than
 float32), pinned memory makes the host-to-device copy asynchronous, and ``normalize`` runs on
 the GPU. With ``--device cpu`` it runs anywhere with gloo (what the tests do).
@@ -99,7 +106,63 @@ def parse_args() -> argparse.Namespace:
         "counted once: uneven='mask')",
     )
     p.add_argument("--save-model", type=Path, default=None, help="rank 0 saves the weights here")
+    p.add_argument(
+        "--recipe",
+        default=None,
+        help="a named recipe (loaders/recipe/presets.py) or module:attr of a pipeline of yours",
+    )
+    timm = p.add_argument_group("timm's transform (as timm's train.py builds it)")
+    timm.add_argument("--aa", default=None, help="auto_augment, e.g. rand-m9-mstd0.5-inc1")
+    timm.add_argument("--reprob", type=float, default=None, help="RandomErasing probability")
+    timm.add_argument("--interpolation", default=None, help="bilinear, bicubic or random")
+    timm.add_argument("--crop-pct", type=float, default=None, help="evaluation crop share")
     return p.parse_args()
+
+
+# a named train recipe's evaluation counterpart (None: the built-in eval recipe)
+EVAL_OF = {
+    "timm-train": "timm-eval",
+    "tutorial": "tutorial-eval",
+    "bicubic": "eval-bicubic",
+    "randaug": "eval-bicubic",
+    "trivialaug": "eval-bicubic",
+}
+
+
+def recipes(args: argparse.Namespace):
+    """(train transform, eval transform): None, None for the built-in recipes."""
+    from loaders.recipe.presets import resolve_transform
+
+    if any(v is not None for v in (args.aa, args.reprob, args.interpolation, args.crop_pct)):
+        from timm.data import create_transform
+
+        interpolation = args.interpolation or "bilinear"
+        train = create_transform(
+            args.image_size,
+            is_training=True,
+            auto_augment=args.aa,
+            re_prob=args.reprob or 0.0,
+            interpolation=interpolation,
+        )
+        evaluate = create_transform(
+            args.image_size,
+            crop_pct=args.crop_pct,
+            interpolation="bicubic" if interpolation == "random" else interpolation,
+        )
+        return train, evaluate
+    if args.recipe is None:
+        return None, None
+    train = resolve_transform(args.recipe, args.image_size).transform
+    evaluate = EVAL_OF.get(args.recipe)
+    return train, None if evaluate is None else resolve_transform(
+        evaluate, args.image_size
+    ).transform
+
+
+def to_device(batch: dict, device: torch.device) -> torch.Tensor:
+    """The batch's pixels on the device, normalized: uint8 here, or already by the recipe."""
+    x = batch["pixel_values"].to(device, non_blocking=True)
+    return normalize(x) if x.dtype == torch.uint8 else x
 
 
 def small_resnet(num_classes: int) -> torch.nn.Module:
@@ -138,7 +201,7 @@ def evaluate(model, loader, device, cuda: bool) -> tuple[int, int, list[str]]:
     keys: list[str] = []
     with torch.no_grad():
         for batch in loader:
-            x = normalize(batch["pixel_values"].to(device, non_blocking=True))
+            x = to_device(batch, device)
             y = batch["labels"].to(device, non_blocking=True)
             valid = batch["valid"].to(device, non_blocking=True)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
@@ -161,17 +224,21 @@ def main() -> None:
         torch.cuda.set_device(device)
     torch.manual_seed(args.seed)  # same initial weights on every rank
 
+    train_tf, eval_tf = recipes(args)
+    if args.gpu_decode and train_tf is not None:
+        raise SystemExit("--gpu-decode runs the built-in recipe on the device: drop --recipe/--aa")
     loader = make_loader(
         args.data,
         args.batch_size,
-        image_size=args.image_size,
+        image_size=None if train_tf is not None else args.image_size,
+        transform=train_tf,
         seed=args.seed,
         num_workers=args.workers,
         pin_memory=cuda,
         on_error=args.on_error,
         cache_dir=args.cache_dir,
         cache_limit=args.cache_limit,
-        output="encoded" if args.gpu_decode else "uint8",
+        output="encoded" if args.gpu_decode else "auto",
         channels_last=cuda,  # the model's layout: the copy to the GPU needs no conversion
         drop_last=not args.keep_last,
     )
@@ -181,7 +248,8 @@ def main() -> None:
         val_loader = make_loader(
             args.val,
             args.batch_size,
-            image_size=args.image_size,
+            image_size=None if eval_tf is not None else args.image_size,
+            transform=eval_tf,
             train=False,
             shuffle=False,
             uneven="mask",  # every sample exactly once over all ranks
@@ -230,10 +298,8 @@ def main() -> None:
             t_data = time.perf_counter()
             wait += t_data - t_end
             y = batch["labels"].to(device, non_blocking=True)
-            if decoder is not None:
-                x = decoder(batch)  # decoded, augmented and normalized on the device
-            else:
-                x = normalize(batch["pixel_values"].to(device, non_blocking=True))
+            # decoded, augmented and normalized on the device, or pixels from the workers
+            x = decoder(batch) if decoder is not None else to_device(batch, device)
             if cuda:  # a no-op for channels-last batches; converts DeviceDecoder's output
                 x = x.contiguous(memory_format=torch.channels_last)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):

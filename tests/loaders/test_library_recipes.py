@@ -280,3 +280,26 @@ def test_errors_that_teach() -> None:
         build_recipe(TIMM["eval-crop-pct"], output="uint8")
     with pytest.raises(ConfigError, match=r"wrap it in A\.Compose"):
         build_recipe(A.RandomResizedCrop(size=(8, 8)))
+
+
+def test_an_op_that_cannot_take_its_image_is_named_at_build_time() -> None:
+    """After a fused head every sample's tail gets the same kind of image: a library op that
+    refuses it is a one-line ConfigError naming the op and the fix, not an error per sample."""
+    for tf in (
+        v2.Compose([v2.RandomResizedCrop(24), v2.Normalize(MEAN, STD)]),
+        T.Compose([T.CenterCrop(20), T.Normalize(MEAN, STD)]),
+    ):
+        with pytest.raises(ConfigError, match=r"Normalize cannot take a uint8 tensor .*ToDtype"):
+            build_recipe(tf)
+    # an unfused pipeline is probed on images of our choosing: its ops may refuse them
+    big_crop = v2.Compose([v2.RandomRotation(5), v2.RandomCrop(500)])
+    assert build_recipe(big_crop).size is None
+
+
+def test_library_heads_keep_their_own_size() -> None:
+    """A size schedule replaces the fused crop's size of a v2 pipeline only: another library's
+    crop is rebuilt per size with per_size(factory)."""
+    from loaders.recipe.book import Recipes
+
+    with pytest.raises(ConfigError, match="per_size"):
+        Recipes(TIMM["train-color-jitter"], image_size={0: 32, 2: 40}).at(3)

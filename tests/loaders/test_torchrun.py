@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import subprocess
@@ -105,6 +106,27 @@ def test_train_ddp_two_epochs(
     if val:  # exact top-1 over the 23 validation samples, every epoch
         assert all(e["val"]["total"] == 23 for r in reports for e in r["epochs"])
         assert proc.stdout.count("val top-1") == 2
+
+
+def test_train_ddp_with_timms_transform_flags(
+    learnable_dataset: Path, uneven_dataset: Path, tmp_path: Path
+) -> None:
+    """examples/train_ddp.py with timm's train.py flags: timm's train transform (RandAugment
+    with the increasing posterize, random interpolation, RandomErasing) and its eval transform
+    run unchanged on 2 ranks; float batches straight from the recipe, exact validation."""
+    out = tmp_path / "report"
+    proc = torchrun(
+        2,
+        *("--data", str(learnable_dataset), "--val", str(uneven_dataset), "--device", "cpu"),
+        *("--epochs", "1", "--batch-size", "8", "--image-size", "32", "--workers", "1"),
+        *("--aa", "rand-m9-mstd0.5-inc1", "--reprob", "0.25", "--interpolation", "random"),
+        *("--crop-pct", "0.95", "--out", str(out)),
+    )
+    reports = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    assert {r["epochs"][0]["steps"] for r in reports} == {reports[0]["len"]}
+    assert all(math.isfinite(x) for r in reports for x in r["epochs"][0]["losses"])
+    assert all(r["epochs"][0]["val"]["total"] == 23 for r in reports)
+    assert "val top-1" in proc.stdout
 
 
 def test_clip_style_job_with_captions_on_two_ranks(img2dataset_shards, tmp_path: Path) -> None:
