@@ -45,7 +45,7 @@ def test_a_window_from_a_part_of_the_image_is_the_crop_of_the_whole_resize() -> 
         arr = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
         want = pillow(arr, (oh, ow), name)[top : top + box[2], left : left + box[3]]
         t, x, sh, sw = resample.support((h, w), (oh, ow), name, box)
-        assert 0 <= t and t + sh <= h and 0 <= x and x + sw <= w
+        assert t >= 0 and t + sh <= h and x >= 0 and x + sw <= w
         part = arr[t : t + sh, x : x + sw]
         got = resample.pil_resize(part, (oh, ow), name, window=box, source=(t, x, h, w))
         assert np.array_equal(got, want), (h, w, oh, ow, box, name)
