@@ -164,7 +164,12 @@ def make_loader(
     )
     topology = replace(detect_topology(rank, world_size), num_workers=workers.num_workers)
     sources, with_source = loader_sources(
-        source, label=label, fields=fields, fields_fn=fields_fn, access=access
+        source,
+        label=label,
+        fields=fields,
+        fields_fn=fields_fn,
+        access=access,
+        skip_damaged=batch.on_error == "skip",
     )
     dataset = ShardStreamDataset(
         sources,

@@ -27,6 +27,7 @@ def loader_sources(
     fields: Mapping[str, str] | None,
     fields_fn: FieldsFn | None,
     access: ShardAccess,
+    skip_damaged: bool = False,
 ) -> tuple[list[LoaderSource], bool]:
     """The resolved sources, and whether batches say which source each sample came from (they
     do when ``source`` is a list or a :class:`Source`); a source's own ``storage_options``
@@ -35,7 +36,8 @@ def loader_sources(
     if isinstance(source, str | os.PathLike):
         schema = SampleSchema.build(label, fields, fields_fn)
         url = os.fspath(source)
-        return [LoaderSource(url, resolve_source(url, storage_options), access, schema)], False
+        index = resolve_source(url, storage_options, access=access, skip_damaged=skip_damaged)
+        return [LoaderSource(url, index, access, schema)], False
     listed = [source] if isinstance(source, Source) else list(source)
     if not listed:
         raise ConfigError("source: an empty list of sources")
@@ -50,15 +52,15 @@ def loader_sources(
             src.get("label", label), src.get("fields", fields), src.get("fields_fn", fields_fn)
         )
         options = src.get("storage_options", storage_options)
+        src_access = access if options is storage_options else _with_options(access, options)
         try:
-            index = resolve_source(src.url, options)
+            index = resolve_source(src.url, options, access=src_access, skip_damaged=skip_damaged)
         except ConfigError:
             raise
         except WdsToolError as exc:
             raise ConfigError(f"source[{n}] {src.url}: {exc.message}") from None
         if index.num_samples <= 0:
             raise ConfigError(f"source[{n}] {src.url}: no samples (weight {src.weight})")
-        src_access = access if options is storage_options else _with_options(access, options)
         out.append(LoaderSource(src.url, index, src_access, schema, float(src.weight)))
     return out, True
 

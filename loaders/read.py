@@ -36,7 +36,7 @@ from loaders.source import DatasetIndex, ShardAccess
 from wdstool.base.errors import ShardError, StorageError, WdsToolError
 from wdstool.format.images import IMAGE_EXTENSIONS
 from wdstool.format.mapped import MappedMember, map_shard
-from wdstool.format.shard_formats import Sample, SampleReader, format_for
+from wdstool.format.shard_formats import TAR, Sample, SampleReader, format_for
 
 log = logging.getLogger(__name__)
 KEPT_EXTENSIONS = frozenset(IMAGE_EXTENSIONS | {"cls"})  # what the default schema reads
@@ -134,9 +134,22 @@ def read_slices(
     access = access or ShardAccess()
     slices = list(slices)
 
+    def start_of(s: Slice) -> int | None:
+        """Where a slice starting inside a tar shard starts, where the index or the scan said
+        (a remote shard is then one ranged GET from there, not read from byte 0)."""
+        return (
+            index.offset_of(s.shard, s.start)
+            if s.start and format_for(index.urls[s.shard]) is TAR
+            else None
+        )
+
     def open_slice(s: Slice) -> Any:
         i = s.shard
-        return access.open(index.urls[i], size=index.size_of(i), sha256=index.sha256_of(i))
+        f = access.open(index.urls[i], size=index.size_of(i), sha256=index.sha256_of(i))
+        at = start_of(s)
+        if at is not None and f.seekable():  # before any byte is read (or asked for)
+            f.seek(at)
+        return f
 
     ahead = _OpenAhead(open_slice)
     try:
@@ -152,14 +165,19 @@ def read_slices(
                             f.peek(1)  # this shard's request goes first
                             ahead.start(pos + 1, nxt)
                     mapping = map_shard(f, url) if lazy and not access.is_remote(url) else None
-                    reader = format_for(url).read(  # once per shard, never per sample
+                    fmt = format_for(url)
+                    at = start_of(s)
+                    if at is not None and not (f.seekable() and f.tell() == at):
+                        at = None  # not positioned there (a cache entry is read through)
+                    reader = fmt.read(  # once per shard, never per sample
                         f,
                         url,
                         keep=keep.__contains__,
                         lazy=None if mapping is None else functools.partial(_mapped, mapping, url),
                         lazy_exts=lazy,
+                        **({} if at is None else {"start_offset": at}),
                     )
-                    if s.start:
+                    if s.start and at is None:
                         reader.skip(s.start)
                     it = iter(reader)
                     for i in range(len(s)):

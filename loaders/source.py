@@ -1,10 +1,13 @@
-"""Dataset sources: a manifest, a folder/prefix holding one, or a brace pattern of shard URLs.
+"""Dataset sources: an index, a folder/prefix holding one, or a brace pattern of shard URLs.
 
 Everything the loader needs before it reads data is resolved here once, in the main process:
-the shard URLs, their sample counts and an identity of the dataset. Shards are opened by
-:class:`ShardAccess`: local paths directly, ``s3://`` as one streaming GET per shard with
-Range-resume retries (``wdstool.base.remote``), other fsspec URLs through the same retrying reader,
-optionally through a local cache (``loaders.cache``).
+the shard URLs, their sample counts (and, where known, each sample's offset) and an identity of
+the dataset. Counts come from an index (``wdstool.format.indexes``: ours, a wids index, timm's
+``_info.json``; for a brace pattern, one in the shards' folder that lists them), else from a
+header scan done once per data set (``loaders.scan``). Shards are opened by
+:class:`ShardAccess`: local paths directly, ``s3://``, ``http(s)://`` and ``hf://`` as one
+streaming GET per shard with Range-resume retries (``wdstool.base.remote``), other fsspec URLs
+through the same retrying reader, optionally through a local cache (``loaders.cache``).
 """
 
 from __future__ import annotations
@@ -12,19 +15,18 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from loaders.cache import ShardCache
+from loaders.scan import shared_scan
 from wdstool.base.errors import ConfigError, ShardError
 from wdstool.base.params import parse_size
 from wdstool.base.remote import open_shard
 from wdstool.base.retry import DEFAULT_RETRY, RetryPolicy
 from wdstool.base.urls import is_remote
-from wdstool.format.manifest import ManifestNotFound, load_manifest, resolve_shard_url
-from wdstool.format.shard_formats import count_samples
+from wdstool.format.indexes import find_index, index_for
+from wdstool.format.manifest import Manifest, ManifestNotFound, resolve_shard_url
 from wdstool.format.shardlist import expand, is_pattern, tars_in
 
 log = logging.getLogger(__name__)
@@ -41,12 +43,20 @@ class DatasetIndex:
     from_manifest: bool = True
     filesizes: tuple[int | None, ...] = ()  # from the manifest; () when unknown
     sha256s: tuple[str | None, ...] = ()
+    # per shard, where each sample starts (an index that says, or the scan); () when unknown
+    offsets: tuple[tuple[int, ...] | None, ...] = ()
     # earlier versions of an appended data set: (identity, shards, samples) each; its shards
     # are the first ``shards`` of ``urls`` (pack/reshard --append never touch old shards)
     versions: tuple[tuple[str, int, int], ...] = ()
 
     def size_of(self, shard: int) -> int | None:
-        return self.filesizes[shard] if self.filesizes else None
+        size = self.filesizes[shard] if self.filesizes else None
+        return size if size is not None and size >= 0 else None  # -1: the index does not say
+
+    def offset_of(self, shard: int, sample: int) -> int | None:
+        """Where sample ``sample`` of shard ``shard`` starts, where that is known."""
+        offsets = self.offsets[shard] if self.offsets else None
+        return offsets[sample] if offsets is not None and sample < len(offsets) else None
 
     def sha256_of(self, shard: int) -> str | None:
         return (self.sha256s[shard] or None) if self.sha256s else None
@@ -78,23 +88,38 @@ def identity_key(identity: str) -> int:
 
 
 def resolve_source(
-    source: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
+    source: str | os.PathLike[str],
+    storage_options: dict[str, Any] | None = None,
+    *,
+    access: ShardAccess | None = None,
+    skip_damaged: bool = False,
 ) -> DatasetIndex:
-    """Resolve ``source`` to a DatasetIndex (reads the manifest, or scans shard headers)."""
+    """Resolve ``source`` to a DatasetIndex: its index, else a header scan of its shards (once
+    per data set: ``loaders.scan``; ``access`` opens them, with its retries and cache;
+    ``skip_damaged``: a shard cut short counts the samples before the cut)."""
     source = os.fspath(source)
     if not source:
         raise ConfigError("empty dataset source")
+    access = access or ShardAccess(storage_options=storage_options)
     if is_pattern(source):
-        return _scan_shards(expand(source), storage_options)
+        urls = expand(source)
+        listed = index_for(urls, storage_options)
+        if listed is not None:
+            return _from_manifest(listed, "")
+        return _scanned(urls, access, skip_damaged)
     try:
-        manifest, base = load_manifest(source, storage_options)
+        manifest, base = find_index(source, storage_options)
     except ManifestNotFound:
         shards = tars_in(source, storage_options)
         if not shards:
             raise
-        return _scan_shards(shards, storage_options)
+        return _scanned(shards, access, skip_damaged)
     if not manifest.shards:
         raise ShardError(f"{source}: the manifest lists no shards")
+    return _from_manifest(manifest, base)
+
+
+def _from_manifest(manifest: Manifest, base: str) -> DatasetIndex:
     # pack writes a fingerprint; for other manifests hash what defines the data (re-serialising
     # the whole manifest took 0.75 s of a 1 s make_loader at 100,000 shards)
     identity = (
@@ -103,42 +128,36 @@ def resolve_source(
             "\n".join(f"{s.url}\0{s.nsamples}\0{s.sha256}" for s in manifest.shards).encode()
         ).hexdigest()
     )
-    urls, sizes, filesizes, sha256s = zip(*manifest.shards, strict=True)  # 4 columns at once
+    urls, sizes, filesizes, sha256s, offsets = zip(*manifest.shards, strict=True)  # at once
     return DatasetIndex(
-        urls=tuple(
-            u if "://" in u or u.startswith("/") else resolve_shard_url(base, u) for u in urls
-        ),
+        urls=tuple(resolve_shard_url(base, u) if base else u for u in urls),
         sizes=sizes,
         classes=manifest.classes,
         identity=identity,
         filesizes=filesizes,
         sha256s=sha256s,
+        offsets=offsets if any(o is not None for o in offsets) else (),
         versions=tuple((v.identity, v.shards, v.samples) for v in manifest.versions[:-1]),
     )
 
 
-def _scan_shards(urls: list[str], storage_options: dict[str, Any] | None) -> DatasetIndex:
-    """No manifest: learn each shard's sample count from a header-only scan."""
-    started = time.perf_counter()
-
-    def count(url: str) -> int:
-        with open_shard(url, storage_options) as f:
-            return count_samples(f, url)
-
-    with ThreadPoolExecutor(max_workers=min(8, len(urls))) as pool:
-        sizes = list(pool.map(count, urls))
-    log.warning(
-        "no manifest: counted %d samples in %d shards by a header-only scan in %.2f s "
-        "(write an index.json with `wdstool pack` to skip this)",
-        sum(sizes),
-        len(urls),
-        time.perf_counter() - started,
+def _scanned(urls: list[str], access: ShardAccess, skip_damaged: bool) -> DatasetIndex:
+    """No index: counts and sample offsets from a header scan, once per data set."""
+    scans = shared_scan(
+        urls,
+        lambda url: access.open(url),
+        skip_damaged=skip_damaged,
+        cache_dir=access.cache_dir,
     )
     h = hashlib.sha256()
-    for url, n in zip(urls, sizes, strict=True):
-        h.update(f"{url}\0{n}\0".encode())
+    for s in scans:
+        h.update(f"{s.url}\0{s.nsamples}\0".encode())
     return DatasetIndex(
-        urls=tuple(urls), sizes=tuple(sizes), identity=h.hexdigest(), from_manifest=False
+        urls=tuple(urls),
+        sizes=tuple(s.nsamples for s in scans),
+        identity=h.hexdigest(),
+        from_manifest=False,
+        offsets=tuple(s.offsets for s in scans),
     )
 
 

@@ -49,7 +49,7 @@ class Top:
 
 # --- the policy -------------------------------------------------------------------------------
 def test_delays_double_up_to_the_cap_with_full_jitter() -> None:
-    policy = RetryPolicy(attempts=9, base_delay=0.1, max_delay=1.0)
+    policy = RetryPolicy(attempts=9, base_delay=0.1, max_delay=1.0, patience=0.0)
     bounds = [policy.delay(n, Top()) for n in range(0, 8)]
     assert bounds == pytest.approx([0.1, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0])
     draws = [policy.delay(3, random.Random(s)) for s in range(200)]
@@ -67,7 +67,7 @@ def test_call_retries_transient_errors_then_returns() -> None:
             raise failures.pop(0)
         return "done"
 
-    policy = RetryPolicy(attempts=3, base_delay=0.5, max_delay=0.5)
+    policy = RetryPolicy(attempts=3, base_delay=0.5, max_delay=0.5, patience=0.0)
     assert policy.call("s3://b/k", fn, sleep=slept.append) == "done"
     assert len(slept) == 2 and all(0 <= s <= 0.5 for s in slept)
 
@@ -81,7 +81,9 @@ def test_call_gives_up_after_attempts_naming_what_and_the_cause() -> None:
         raise client_error("SlowDown", 503)
 
     with pytest.raises(StorageError) as info:
-        RetryPolicy(attempts=4, base_delay=0.01).call("s3://b/k", fn, sleep=slept.append)
+        RetryPolicy(attempts=4, base_delay=0.01, patience=0.0).call(
+            "s3://b/k", fn, sleep=slept.append
+        )
     assert len(calls) == 4 and len(slept) == 3
     assert info.value.message == (
         "s3://b/k: giving up after 4 attempts: throttled by the store (SlowDown SlowDown)"

@@ -209,7 +209,7 @@ def test_s3_shard_unreadable_after_all_retries(
             image_size=16,
             num_workers=0,
             on_error="skip",
-            retry=RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.02),
+            retry=RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.02, patience=0.0),
         )
         batches = list(loader)
         assert proxy.injected["500"] > 0

@@ -84,7 +84,7 @@ def test_random_s3_faults_lose_and_repeat_nothing(s3_dataset: str, s3_server, re
                 num_workers=2,
                 seed=3,
                 storage_options=options,
-                retry=RetryPolicy(attempts=12, base_delay=0.01, max_delay=0.05),
+                retry=RetryPolicy(attempts=12, base_delay=0.01, max_delay=0.05, patience=0.0),
             )
             proxy.set_schedule(schedule, cycle=True)
             # 12 tries in a row without progress: these schedules never exhaust them, so a

@@ -180,14 +180,31 @@ def test_custom_transform_replaces_augmentation(uneven_dataset: Path) -> None:
         make_loader(uneven_dataset, 4, num_workers=0, transform=tf, output="uint8")
 
 
-def test_brace_pattern_without_manifest_matches_manifest(uneven_dataset: Path, caplog) -> None:
-    pattern = str(uneven_dataset / "train-{000000..000002}.tar")
+def test_brace_pattern_without_manifest_matches_manifest(
+    uneven_dataset: Path, tmp_path: Path, caplog
+) -> None:
+    """Shards named by a pattern: counted from the index beside them, or, where there is none,
+    by a header scan that also learns where each sample starts; the same epochs either way."""
+    import shutil
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for tar in uneven_dataset.glob("*.tar"):
+        shutil.copy(tar, bare / tar.name)
     with caplog.at_level("WARNING"):
-        by_pattern = make_loader(pattern, 4, image_size=32, num_workers=0)
+        beside_index = make_loader(
+            str(uneven_dataset / "train-{000000..000002}.tar"), 4, image_size=32, num_workers=0
+        )
+    assert "header-only scan" not in caplog.text
+    with caplog.at_level("WARNING"):
+        by_pattern = make_loader(
+            str(bare / "train-{000000..000002}.tar"), 4, image_size=32, num_workers=0
+        )
     assert "header-only scan" in caplog.text
     by_manifest = make_loader(uneven_dataset, 4, image_size=32, num_workers=0)
-    assert run_epoch(by_pattern) == run_epoch(by_manifest)
-    assert by_pattern.dataset.index.sizes == (10, 10, 3)
+    assert run_epoch(by_pattern) == run_epoch(by_manifest) == run_epoch(beside_index)
+    assert by_pattern.dataset.index.sizes == beside_index.dataset.index.sizes == (10, 10, 3)
+    assert [len(o) for o in by_pattern.dataset.index.offsets] == [10, 10, 3]
 
 
 def test_bad_arguments_fail_up_front(uneven_dataset: Path, tmp_path: Path, monkeypatch) -> None:
@@ -199,7 +216,7 @@ def test_bad_arguments_fail_up_front(uneven_dataset: Path, tmp_path: Path, monke
         make_loader(uneven_dataset, 4, rank=2, world_size=2)
     with pytest.raises(ConfigError, match="drop_last"):
         make_loader(uneven_dataset, 100, rank=0, world_size=2, drop_last=True)
-    with pytest.raises(ShardError, match="no manifest"):
+    with pytest.raises(ShardError, match="no index found"):
         make_loader(tmp_path, 4)
     monkeypatch.setenv("RANK", "1")
     monkeypatch.delenv("WORLD_SIZE", raising=False)

@@ -15,10 +15,11 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from wdstool.base.credentials import redact
-from wdstool.base.errors import InputError, StorageError
+from wdstool.base.errors import InputError, ShardError, StorageError
 from wdstool.base.retry import DEFAULT_RETRY, describe, error_code
 from wdstool.base.s3 import cached_s3_client, filesystem
 from wdstool.base.urls import is_remote, is_s3, local_path, split_s3
+from wdstool.base.web import is_web, read_web, web_size
 
 T = TypeVar("T")
 
@@ -61,6 +62,11 @@ def read_range(
                     raise Missing(url) from None
                 raise
             return resp["Body"].read()
+    elif is_web(url):
+        try:
+            return read_web(url, storage_options, start, end)
+        except ShardError:  # 404: nothing under that name
+            raise Missing(url) from None
     else:
         fs, path = url_fs(url, storage_options)
 
@@ -125,6 +131,11 @@ def object_size(url: str, storage_options: dict[str, Any] | None = None) -> int:
                     raise Missing(url) from None
                 raise
             return int(resp["ContentLength"])
+    elif is_web(url):
+        try:
+            return web_size(url, storage_options)
+        except ShardError:
+            raise Missing(url) from None
     else:
         fs, path = url_fs(url, storage_options)
 

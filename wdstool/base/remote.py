@@ -12,7 +12,9 @@ byte is lost or delivered twice, and an object replaced meanwhile is an error, n
 of two versions. When the retries run out (``RetryPolicy.attempts`` tries in a row with no
 progress), the error names the URL, the byte offset and the last cause.
 
-Other fsspec URLs (``memory://``, ``gs://``, ...) get the same reader over ``fs.open`` + seek.
+http(s):// and hf:// URLs get the same reader over :func:`wdstool.base.web.web_opener` (a GET
+from the offset, validated, with its own read timeout). Other fsspec URLs (``memory://``,
+``gs://``, ...) get it over ``fs.open`` + seek.
 """
 
 from __future__ import annotations
@@ -22,34 +24,20 @@ import io
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO
 
 from wdstool.base.credentials import redact
 from wdstool.base.errors import ShardError, StorageError
+from wdstool.base.opened import Body, Opened, Opener
 from wdstool.base.retry import DEFAULT_RETRY, RetryPolicy, TransientError, describe, is_retryable
 from wdstool.base.s3 import cached_s3_client
 from wdstool.base.urls import is_remote, is_s3, local_path, split_s3
+from wdstool.base.web import is_web, web_opener
 
 log = logging.getLogger(__name__)
 BUFFER = 1 << 20
 LOCAL_BUFFER = 1 << 20
 SEEK_BY_READING = 4 << 20  # forward seeks up to this are read through; longer ones re-open
-
-
-class _Body(Protocol):
-    def read(self, n: int = -1) -> bytes: ...
-    def close(self) -> None: ...
-
-
-@dataclass
-class Opened:
-    body: _Body
-    size: int | None  # total object size, when the store said
-    version: str | None  # ETag or similar; a resumed read must see the same one
-
-
-Opener = Callable[[int, str | None], Opened]  # (offset, version) -> an open body at offset
 
 
 class RangeReader(io.RawIOBase):
@@ -74,7 +62,7 @@ class RangeReader(io.RawIOBase):
         self._retry = retry
         self._size = size
         self._version: str | None = None
-        self._body: _Body | None = None
+        self._body: Body | None = None
         self._pos = 0
         self._sleep = sleep
         self.stats = stats if stats is not None else {}
@@ -125,6 +113,9 @@ class RangeReader(io.RawIOBase):
             return 0
         failures = 0
         last: BaseException | None = None
+        # seconds without a byte since this read began, counting what ``sleep`` was asked as
+        # well (a test's sleep does not advance the clock)
+        quiet_since, waited = time.monotonic(), 0.0
         while True:
             try:
                 self._ensure_open()
@@ -151,20 +142,22 @@ class RangeReader(io.RawIOBase):
                 failures += 1
                 last = exc
                 self.stats["retries"] = self.stats.get("retries", 0) + 1
-                if failures >= self._retry.attempts:
+                quiet = max(time.monotonic() - quiet_since, waited)
+                if self._retry.exhausted(failures, quiet):
                     raise StorageError(
                         f"{self.url}: giving up at byte offset {self._pos} after {failures} "
-                        f"attempts: {describe(last)}"
+                        f"attempts over {quiet:.0f} s: {describe(last)}"
                     ) from None
                 delay = self._retry.delay(failures)
+                waited += delay
                 log.info(
-                    "%s: %s at byte %d; retrying in %.2f s (%d/%d)",
+                    "%s: %s at byte %d; retrying in %.2f s (try %d, %.0f s without data)",
                     self.url,
                     describe(exc),
                     self._pos,
                     delay,
                     failures,
-                    self._retry.attempts - 1,
+                    quiet,
                 )
                 self._sleep(delay)
 
@@ -273,7 +266,12 @@ def open_remote(
     stats: dict[str, int] | None = None,
 ) -> BinaryIO:
     """A buffered, retrying, forward-seekable reader of a remote shard."""
-    opener = s3_opener(url, storage_options) if is_s3(url) else fsspec_opener(url, storage_options)
+    if is_s3(url):
+        opener = s3_opener(url, storage_options)
+    elif is_web(url):
+        opener = web_opener(url, storage_options, retry)
+    else:
+        opener = fsspec_opener(url, storage_options)
     raw = RangeReader(url, opener, retry=retry, size=size, stats=stats)
     return io.BufferedReader(raw, buffer_size=BUFFER)  # type: ignore[return-value]
 

@@ -44,13 +44,25 @@ class RetryPolicy:
     """How transient storage errors are retried.
 
     ``attempts`` counts tries in a row without progress: a stream that keeps delivering bytes
-    between failures never runs out. Delays grow as ``base_delay * 2**n`` up to ``max_delay``,
-    each drawn uniformly below that bound (full jitter), so many workers do not retry in step.
+    between failures never runs out. A reader gives up when ``attempts`` tries in a row failed
+    and ``patience`` seconds passed since its last byte (a server down for a few seconds is
+    waited for; one down for good is an error within about ``patience + max_delay +
+    read_timeout`` seconds of the last byte). Delays grow as ``base_delay * 2**n`` up to
+    ``max_delay``, each drawn uniformly below that bound (full jitter), so many workers do not
+    retry in step. ``read_timeout``: seconds an open web connection may stay silent before it
+    counts as a failure (S3 has its client's own).
     """
 
     attempts: int = 8
     base_delay: float = 0.1
     max_delay: float = 10.0
+    patience: float = 60.0
+    read_timeout: float = 30.0
+
+    def exhausted(self, failures: int, since_progress: float) -> bool:
+        """Give up: ``failures`` tries in a row failed, ``since_progress`` seconds without a
+        byte."""
+        return failures >= self.attempts and since_progress >= self.patience
 
     def delay(self, failures: int, rng: random.Random | None = None) -> float:
         bound = min(self.max_delay, self.base_delay * (2 ** max(0, failures - 1)))
@@ -61,18 +73,21 @@ class RetryPolicy:
     ) -> T:
         """Run ``fn`` with retries; raise StorageError naming ``what`` when they run out."""
         failures = 0
-        while True:
+        started, waited = time.monotonic(), 0.0  # waited: what ``sleep`` was asked (a test's
+        while True:  # sleep does not advance the clock)
             try:
                 return fn()
             except Exception as exc:
                 if not is_retryable(exc):
                     raise
                 failures += 1
-                if failures >= self.attempts:
+                if self.exhausted(failures, max(time.monotonic() - started, waited)):
                     raise StorageError(
                         f"{what}: giving up after {failures} attempts: {describe(exc)}"
                     ) from exc
-                sleep(self.delay(failures))
+                delay = self.delay(failures)
+                waited += delay
+                sleep(delay)
 
 
 DEFAULT_RETRY = RetryPolicy()
@@ -133,7 +148,9 @@ def _is_retryable(exc: BaseException) -> bool:
         ):
             return True
         if isinstance(exc, (u3e.ProtocolError, u3e.TimeoutError, u3e.DecodeError)):
-            return True
+            return True  # refused (NewConnectionError), reset, cut short, read timeouts
+        if isinstance(exc, u3e.MaxRetryError) and isinstance(exc.reason, Exception):
+            return _is_retryable(exc.reason)
     if isinstance(exc, (ConnectionError, TimeoutError, socket.timeout, http.client.HTTPException)):
         return True
     if isinstance(exc, TransientError):
@@ -170,11 +187,35 @@ def describe(exc: BaseException) -> str:
         if isinstance(exc, bce.ClientError):
             code, status = error_code(exc)
             return _client_error_text(code, status, exc)
+    web = _web_text(exc)
+    if web is not None:
+        return web
     if isinstance(exc, PermissionError):
         return f"access denied ({_clean(exc)})"
     if isinstance(exc, FileNotFoundError):
         return f"not found ({_clean(exc)})"
     return f"{type(exc).__name__}: {_clean(exc)}" if str(exc) else type(exc).__name__
+
+
+def _web_text(exc: BaseException) -> str | None:
+    """urllib3's errors in words (they carry object reprs and URLs with query strings)."""
+    try:
+        import urllib3.exceptions as u3e
+    except ImportError:  # pragma: no cover
+        return None
+    if isinstance(exc, u3e.MaxRetryError) and isinstance(exc.reason, Exception):
+        exc = exc.reason
+    if isinstance(exc, u3e.NewConnectionError):
+        errno = getattr(getattr(exc, "__context__", None), "errno", None)
+        why = "connection refused" if errno == 111 or "refused" in str(exc) else "no connection"
+        return f"cannot connect to the server ({why})"
+    if isinstance(exc, u3e.ReadTimeoutError):
+        return "the server sent nothing within the read timeout"
+    if isinstance(exc, u3e.ConnectTimeoutError):
+        return "connecting to the server timed out"
+    if isinstance(exc, u3e.ProtocolError):
+        return f"the connection broke ({_clean(exc).split(': ', 1)[0][:80]})"
+    return None
 
 
 def _client_error_text(code: str, status: int, exc: BaseException) -> str:
