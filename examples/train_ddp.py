@@ -71,6 +71,13 @@ def parse_args() -> argparse.Namespace:
         help="skip: replace a corrupt sample (every rank still takes the same steps)",
     )
     p.add_argument(
+        "--max-replaced",
+        type=_budget,
+        default=0.1,
+        help="with --on-error skip: samples a rank may replace per epoch, a count or a share "
+        "(0.1: a tenth) before it stops; none: no limit",
+    )
+    p.add_argument(
         "--log-every", type=int, default=20, help="log step time and data wait every N steps"
     )
     p.add_argument(
@@ -165,6 +172,12 @@ def to_device(batch: dict, device: torch.device) -> torch.Tensor:
     return normalize(x) if x.dtype == torch.uint8 else x
 
 
+def _budget(text: str) -> int | float | None:
+    if text.lower() == "none":
+        return None
+    return float(text) if "." in text else int(text)
+
+
 def small_resnet(num_classes: int) -> torch.nn.Module:
     """ResNet-10: one BasicBlock per stage."""
     return ResNet(BasicBlock, [1, 1, 1, 1], num_classes=num_classes)
@@ -236,6 +249,7 @@ def main() -> None:
         num_workers=args.workers,
         pin_memory=cuda,
         on_error=args.on_error,
+        max_replaced=args.max_replaced,
         cache_dir=args.cache_dir,
         cache_limit=args.cache_limit,
         output="encoded" if args.gpu_decode else "auto",

@@ -59,6 +59,11 @@ def _image_part(loc: Located) -> tuple[bytes, str]:
     raise SampleError(f"{loc.url}: sample {loc.sample.key!r} has no image member")
 
 
+def _reason(message: str, url: str) -> str:
+    """A replacement's reason without the shard URL it starts with (the summary names it)."""
+    return message[len(url) + 2 :] if message.startswith(url + ": ") else message
+
+
 def _fmt(shape: tuple[Any, ...]) -> str:
     return f"{str(shape[0]).replace('torch.', '')} {list(shape[1:])}"
 
@@ -90,6 +95,7 @@ class BatchAssembler:
         self.replaced = 0
         self.bytes_read = 0
         self.replaced_from: dict[str, int] = {}  # shard URL -> samples replaced, this batch
+        self.replaced_why: dict[str, str] = {}  # shard URL -> why (the first reason)
         self._seeder = Seeder(spec.where, any(r.opaque for r in spec.recipes))
         # per view, what every output must be, once known
         self._shapes: list[tuple[Any, ...] | None] = [None] * len(spec.recipes)
@@ -200,6 +206,7 @@ class BatchAssembler:
                     log.warning("replacing a bad sample: %s", exc.message)
                 self.replaced += 1
                 self.replaced_from[loc.url] = self.replaced_from.get(loc.url, 0) + 1
+                self.replaced_why.setdefault(loc.url, _reason(exc.message, loc.url))
                 if last_good is None:
                     pending += 1
                     continue
@@ -243,7 +250,8 @@ class BatchAssembler:
         """``batch`` with what this worker counted since ``before`` replaced samples and
         ``nbytes`` bytes read."""
         replaced, where = self.replaced - before, dict(self.replaced_from)
-        return Delivery(batch, slot, replaced, where, self.bytes_read - nbytes)
+        why = dict(self.replaced_why)
+        return Delivery(batch, slot, replaced, where, self.bytes_read - nbytes, why)
 
     def _assemble(
         self, it: Iterator[Decoded], plan: WorkerPlan, n: int, out: Slot

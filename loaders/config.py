@@ -61,13 +61,14 @@ class BatchSettings:
     uint8; make_loader settles it from the recipe); the
     channels-last layout; the DCT-scaled decode of large regions; what a bad sample does
     (``on_error``) and how many may be replaced per epoch (``max_replaced``: a count, or a
-    share of the rank's epoch)."""
+    share of the rank's epoch; 10% by default, so that "a third of the epoch replaced" is an
+    error, not a quiet success; None: no limit)."""
 
     output: Output = Output.AUTO
     channels_last: bool = False
     scaled_decode: bool = True
     on_error: OnError = OnError.RAISE
-    max_replaced: int | float | None = None
+    max_replaced: int | float | None = 0.1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "output", as_enum(Output, "output", self.output))

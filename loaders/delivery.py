@@ -29,14 +29,15 @@ class Decoded(NamedTuple):
 class Delivery:
     """What a worker hands the loader for one batch: the batch as the user sees it (only its
     documented keys; tensors of a pool slot travel as coordinates) and the bookkeeping: the
-    pool ``slot`` it lies in (-1: none), samples ``replaced`` and the shards they came from,
-    the compressed bytes read."""
+    pool ``slot`` it lies in (-1: none), samples ``replaced``, the shards they came from and why
+    (the first reason per shard), the compressed bytes read."""
 
     batch: dict[str, Any]
     slot: int = -1
     replaced: int = 0
     replaced_from: dict[str, int] = field(default_factory=dict)
     nbytes: int = 0
+    replaced_why: dict[str, str] = field(default_factory=dict)
 
     def pin_memory(self, device: Any = None) -> Delivery:
         """What torch's pin-memory thread calls: the batch's tensors copied to pinned memory
@@ -92,6 +93,7 @@ class BatchMeta:
         self.sources = torch.empty(n, dtype=torch.int64) if self.ids is not None else None
         self.valid = torch.empty(n, dtype=torch.bool) if spec.with_valid else None
         assembler.replaced_from = {}
+        assembler.replaced_why = {}
 
     def add(self, i: int, got: Decoded) -> None:
         _img, label, key, values, source, valid = got

@@ -71,6 +71,7 @@ class StreamingLoader:
         self._started = False
         self.num_replaced = 0  # all epochs
         self.replaced_from: dict[str, int] = {}  # this epoch: shard URL -> samples replaced
+        self.replaced_why: dict[str, str] = {}  # this epoch: shard URL -> why (first reason)
         self._outstanding: list[tuple[list[weakref.ref[torch.Tensor]], int]] = []
         self.buffers_returned = 0  # batch buffers handed back to workers for reuse
         self.batches_delivered = 0  # in the current pass over the loader
@@ -156,6 +157,7 @@ class StreamingLoader:
         self._started = True
         self.batches_delivered = 0
         self.replaced_from = {}
+        self.replaced_why = {}
         self._recycle(-1, [])  # batches of the last pass dropped since
         expected = self.dataset.remaining_batches()
         budget = self._budget()
@@ -174,7 +176,7 @@ class StreamingLoader:
                 self.epoch,
                 self.topology.rank,
                 sum(self.replaced_from.values()),
-                _where(self.replaced_from),
+                _where(self.replaced_from, self.replaced_why),
             )
 
     def _count(self, d: Delivery, budget: int | None) -> None:
@@ -184,11 +186,14 @@ class StreamingLoader:
         self.bytes_read += d.nbytes
         for url, n in d.replaced_from.items():
             self.replaced_from[url] = self.replaced_from.get(url, 0) + n
+        for url, why in d.replaced_why.items():
+            self.replaced_why.setdefault(url, why)
         if d.replaced and budget is not None and sum(self.replaced_from.values()) > budget:
             raise ShardError(
                 f"rank {self.topology.rank}: {sum(self.replaced_from.values())} samples replaced "
                 f"in epoch {self.epoch}, over max_replaced={self.config.batch.max_replaced} "
-                f"({budget} samples): {_where(self.replaced_from)}"
+                f"({budget} samples; raise it, or None for no limit, to train on anyway): "
+                f"{_where(self.replaced_from, self.replaced_why)}"
             )
 
     def _unwrap(self, d: Delivery) -> dict[str, Any]:
@@ -225,8 +230,9 @@ class StreamingLoader:
         limit = self.config.batch.max_replaced
         if limit is None:
             return None
-        if isinstance(limit, float):
-            return math.floor(limit * self.dataset.plan().num_samples)
+        if isinstance(limit, float):  # a share: at least one sample unless it is 0
+            share = math.floor(limit * self.dataset.plan().num_samples)
+            return max(share, 1) if limit > 0 else 0
         return limit
 
     def _recycle(self, slot: int, pixels: list[torch.Tensor | None]) -> None:
@@ -273,9 +279,13 @@ class EpochSampler:
         self.loader.set_epoch(epoch)
 
 
-def _where(counts: dict[str, int], most: int = 5) -> str:
+def _where(counts: dict[str, int], why: dict[str, str] | None = None, most: int = 5) -> str:
+    """The shards with the most replaced samples: "URL (N: why)"."""
     top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    text = ", ".join(f"{url} ({n})" for url, n in top[:most])
+    why = why or {}
+    text = ", ".join(
+        f"{url} ({n}: {why[url]})" if url in why else f"{url} ({n})" for url, n in top[:most]
+    )
     return text + (f" and {len(top) - most} more shards" if len(top) > most else "")
 
 

@@ -62,7 +62,7 @@ def make_loader(
     views: ViewsArg | None = None,
     repeats: int = 1,
     on_error: str = "raise",
-    max_replaced: int | float | None = None,
+    max_replaced: int | float | None = 0.1,
     worker_mode: str = "process",
     storage_options: dict[str, Any] | None = None,
     cache_dir: str | os.PathLike[str] | None = None,

@@ -145,7 +145,9 @@ def read_slices(
 
     def open_slice(s: Slice) -> Any:
         i = s.shard
-        f = access.open(index.urls[i], size=index.size_of(i), sha256=index.sha256_of(i))
+        # a slice ending inside the shard: nothing past its last sample is asked for
+        end = index.offset_of(i, s.stop) if s.stop < index.sizes[i] else None
+        f = access.open(index.urls[i], size=index.size_of(i), sha256=index.sha256_of(i), limit=end)
         at = start_of(s)
         if at is not None and f.seekable():  # before any byte is read (or asked for)
             f.seek(at)

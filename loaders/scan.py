@@ -26,51 +26,14 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
-from wdstool.base.errors import ShardError, StorageError, WdsToolError
-from wdstool.format.tar_read import TarSampleReader
+from wdstool.base.errors import WdsToolError
+from wdstool.format.tar_index import ShardScan, scan_shard
 
 log = logging.getLogger(__name__)
 SCANS = "scans"
 SCAN_VERSION = 1
-
-
-@dataclass(frozen=True)
-class ShardScan:
-    """One shard as its headers say: its samples' offsets, its size (bytes read up to the end
-    of its last sample, or the file's size), and what was wrong with it, if anything."""
-
-    url: str
-    offsets: tuple[int, ...]
-    filesize: int
-    damage: str = ""
-
-    @property
-    def nsamples(self) -> int:
-        return len(self.offsets)
-
-
-def scan_shard(f: Any, url: str, *, skip_damaged: bool) -> ShardScan:
-    """The samples of one tar shard, from its headers."""
-    reader = TarSampleReader(f, url, keep=lambda ext: False)
-    offsets: list[int] = []
-    try:
-        offsets.extend(s.offset for s in reader)
-    except (ShardError, StorageError, OSError) as exc:
-        if not skip_damaged:
-            raise
-        why = exc.message if isinstance(exc, WdsToolError) else f"{url}: {exc}"
-        log.warning(
-            "damaged shard: %s; counting the %d samples before byte %d",
-            why,
-            len(offsets),
-            reader.offset,
-        )
-        return ShardScan(url, tuple(offsets), reader.offset, why)
-    size = getattr(getattr(f, "raw", f), "size", None)
-    return ShardScan(url, tuple(offsets), size if isinstance(size, int) else reader.offset)
 
 
 def scan_shards(

@@ -194,16 +194,20 @@ class ShardAccess:
         size: int | None = None,
         sha256: str | None = None,
         stats: dict[str, int] | None = None,
+        limit: int | None = None,
     ) -> BinaryIO:
         """Open a shard for sequential reading from byte 0 (through the cache, when it has
-        one and the shard is remote); errors name the URL."""
+        one and the shard is remote); errors name the URL. ``limit``: a remote shard read
+        without the cache is not asked for bytes at or past it (a slice ending inside it)."""
 
-        def reopen() -> BinaryIO:
-            return open_shard(url, self.storage_options, retry=self.retry, size=size, stats=stats)
+        def reopen(until: int | None = None) -> BinaryIO:
+            return open_shard(
+                url, self.storage_options, retry=self.retry, size=size, stats=stats, limit=until
+            )
 
-        f = reopen()  # remote shards: no request yet, readers open their GET lazily
         if self.cache_dir is None or not is_remote(url):
-            return f
+            return reopen(limit)  # remote shards: no request yet, readers open their GET lazily
+        f = reopen()
         cache = ShardCache(self.cache_dir, self.cache_limit)
         return cache.open(url, f, reopen=reopen, version=sha256, size=size)
 

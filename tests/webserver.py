@@ -1,4 +1,6 @@
-"""A web server on 127.0.0.1 for the tests of http(s):// and hf:// sources: real HTTP/1.1.
+"""A web server on 127.0.0.1 for the tests of http(s):// and hf:// sources: real HTTP/1.1, in a
+process of its own (DataLoader workers forked by a test must not inherit its listening socket:
+a server that "went away" would still be listening in them).
 
 Serves the files of a folder, by path, with what real servers do and do not do:
 
@@ -11,12 +13,12 @@ Serves the files of a folder, by path, with what real servers do and do not do:
 - faults, one per request in order (``faults``): ``"drop:N"`` (send N body bytes, close),
   ``"stall:N"`` (send N body bytes, then hold the connection silent for ``stall_s``),
   ``"reset"`` (close without answering), ``"429"``/``"503"``/``"500"`` (answer that status);
-- :meth:`stop` / :meth:`start` (connections refused meanwhile, open ones cut: a server that
-  goes away and comes back on the same port); :meth:`freeze` (a paused server: it accepts and
-  never answers, as under SIGSTOP) and :meth:`thaw`.
+- :meth:`stop` / :meth:`start` (the process killed: connections refused meanwhile, open ones
+  cut; then a new one on the same port); :meth:`freeze` (SIGSTOP: the kernel still accepts
+  connections, nothing answers) and :meth:`thaw` (SIGCONT).
 
-``sent`` counts body bytes per path and ``requests`` every request (method, path, Range).
-Only 127.0.0.1, ever.
+``sent`` counts body bytes per path and ``requests`` every request (method, path, Range), over
+the lives of the process. Only 127.0.0.1, ever.
 """
 
 from __future__ import annotations
@@ -25,8 +27,12 @@ import contextlib
 import email.utils
 import hashlib
 import http.server
+import json
 import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -37,7 +43,7 @@ HOST = "127.0.0.1"
 HUB = "/datasets/"
 
 
-class WebServer:
+class _Server:
     def __init__(
         self,
         root: Path,
@@ -46,8 +52,11 @@ class WebServer:
         token: str | None = None,
         faults: Iterable[str] = (),
         stall_s: float = 3.0,
+        port: int = 0,
+        rate: float = 0.0,
     ) -> None:
         self.root = Path(root)
+        self.rate = rate
         self.ranges = ranges
         self.token = token
         self.faults = list(faults)
@@ -55,7 +64,7 @@ class WebServer:
         self.sent: Counter[str] = Counter()
         self.requests: list[tuple[str, str, str]] = []
         self.injected: Counter[str] = Counter()
-        self.port = 0
+        self.port = port
         self._lock = threading.Lock()
         self._frozen = threading.Event()
         self._thawed = threading.Event()
@@ -74,9 +83,11 @@ class WebServer:
 
     # --- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
+        if self._server is not None:
+            return
         owner = self
 
-        class Handler(_Handler):
+        class Handler(_ControlHandler):
             server_owner = owner
 
         server = http.server.ThreadingHTTPServer(
@@ -84,6 +95,7 @@ class WebServer:
         )
         server.allow_reuse_address = True
         server.daemon_threads = True
+        server.handle_error = lambda request, client: None  # a client gone: not worth a trace
         server.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         server.server_bind()
         server.server_activate()
@@ -117,7 +129,7 @@ class WebServer:
     def thaw(self) -> None:
         self._thawed.set()
 
-    def __enter__(self) -> WebServer:
+    def __enter__(self) -> _Server:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -139,7 +151,7 @@ def etag_of(path: Path) -> str:
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    server_owner: WebServer
+    server_owner: _Server
 
     def log_message(self, *args: object) -> None:  # quiet
         pass
@@ -198,9 +210,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             owner.injected[fault] += 1
             self.close_connection = True
             return self._error(int(fault))
-        if owner.token is not None:
-            if self.headers.get("Authorization") != f"Bearer {owner.token}":
-                return self._error(401, "missing or bad token")
+        if owner.token is not None and self.headers.get("Authorization") != f"Bearer {owner.token}":
+            return self._error(401, "missing or bad token")
         path = self._path()
         if path is None or not path.is_file():
             return self._error(404)
@@ -250,6 +261,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                     self.wfile.write(chunk)
                 except OSError:
                     break
+                if owner.rate:  # bytes per second: a body that takes its time
+                    time.sleep(len(chunk) / owner.rate)
                 sent += len(chunk)
                 left -= len(chunk)
         with owner._lock:
@@ -265,5 +278,140 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         return None
 
 
-def serve(root: Path | str, **kw: object) -> WebServer:
-    return WebServer(Path(os.fspath(root)), **kw)  # type: ignore[arg-type]
+CONTROL = "/__control__"
+
+
+class _ControlHandler(_Handler):
+    """The test process's window into the server process: its counters, as JSON."""
+
+    def do_GET(self) -> None:
+        if self.path != CONTROL:
+            return super().do_GET()
+        owner = self.server_owner
+        with owner._lock:
+            body = json.dumps(
+                {
+                    "sent": dict(owner.sent),
+                    "requests": owner.requests,
+                    "injected": dict(owner.injected),
+                }
+            ).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        return None
+
+
+class WebServer:
+    """The server (see the module's docstring), run by ``python -m tests.webserver``."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        ranges: bool = True,
+        token: str | None = None,
+        faults: Iterable[str] = (),
+        stall_s: float = 3.0,
+        rate: float = 0.0,
+    ) -> None:
+        self.root = Path(root)
+        self.config = {
+            "ranges": ranges,
+            "token": token,
+            "faults": list(faults),
+            "stall_s": stall_s,
+            "rate": rate,
+        }
+        self.port = 0
+        self._proc: subprocess.Popen | None = None
+        self._past = {"sent": Counter(), "requests": [], "injected": Counter()}
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def start(self) -> None:
+        if self._proc is not None:
+            return
+        cmd = [sys.executable, "-m", "tests.webserver", str(self.root), str(self.port)]
+        env = {**os.environ, "WEBSERVER_CONFIG": json.dumps(self.config)}
+        repo = Path(__file__).resolve().parent.parent
+        self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, cwd=repo, env=env, text=True)
+        line = self._proc.stdout.readline()  # type: ignore[union-attr]
+        if not line.startswith("port "):
+            raise RuntimeError(f"web server did not start: {line!r}")
+        self.port = int(line.split()[1])
+        self.config["faults"] = []  # a restarted server has used its faults
+
+    def _live(self) -> dict:
+        if self._proc is None:
+            return {"sent": {}, "requests": [], "injected": {}}
+        import urllib.request
+
+        with urllib.request.urlopen(self.url + CONTROL, timeout=10) as r:
+            return json.loads(r.read())
+
+    def stop(self) -> None:
+        """Kill the server: connections refused from now on, open ones cut."""
+        if self._proc is None:
+            return
+        live = self._live()
+        self._past["sent"].update(live["sent"])
+        self._past["requests"] += [tuple(r) for r in live["requests"]]
+        self._past["injected"].update(live["injected"])
+        self._proc.kill()
+        self._proc.wait()
+        self._proc = None
+
+    def freeze(self) -> None:
+        """SIGSTOP: connections are accepted by the kernel, nothing answers."""
+        assert self._proc is not None
+        os.kill(self._proc.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        if self._proc is not None:
+            os.kill(self._proc.pid, signal.SIGCONT)
+
+    def close(self) -> None:
+        self.thaw()
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+            self._proc = None
+
+    def __enter__(self) -> WebServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- accounting ----------------------------------------------------------------------
+    @property
+    def sent(self) -> Counter:
+        return self._past["sent"] + Counter(self._live()["sent"])
+
+    @property
+    def requests(self) -> list[tuple[str, str, str]]:
+        return self._past["requests"] + [tuple(r) for r in self._live()["requests"]]
+
+    @property
+    def injected(self) -> Counter:
+        return self._past["injected"] + Counter(self._live()["injected"])
+
+    def total_sent(self, suffix: str = "") -> int:
+        return sum(n for p, n in self.sent.items() if p.endswith(suffix))
+
+
+def _main() -> None:
+    root, port = sys.argv[1], int(sys.argv[2])
+    config = json.loads(os.environ["WEBSERVER_CONFIG"])
+    server = _Server(Path(root), **config, port=port)
+    print(f"port {server.port}", flush=True)
+    threading.Event().wait()
+
+
+if __name__ == "__main__":
+    _main()

@@ -77,6 +77,7 @@ def damage(ds: Path, kind: str) -> tuple[int, list[str]]:
 
 def rank_epoch(ds, rank: int, world: int = 2, **kw) -> tuple[list[list[str]], int, int, object]:
     kw.setdefault("num_workers", 2)
+    kw.setdefault("max_replaced", None)  # a third of the epoch is damaged here, on purpose
     loader = make_loader(
         str(ds),
         BATCH,
@@ -135,13 +136,13 @@ def test_resume_after_a_damaged_epoch_gives_the_readable_samples_again(
     damage(ds, "cut inside a member")
     full, _, _, _ = rank_epoch(ds, 0)
     first = make_loader(str(ds), BATCH, image_size=16, num_workers=2, seed=3, rank=0,
-                        world_size=2, on_error="skip")  # fmt: skip
+                        world_size=2, on_error="skip", max_replaced=None)  # fmt: skip
     it = iter(first)
     head = [list(next(it)["keys"]) for _ in range(2)]
     state = json.loads(json.dumps(first.state_dict()))
     del it
     rest = make_loader(str(ds), BATCH, image_size=16, num_workers=2, seed=3, rank=0,
-                       world_size=2, on_error="skip")  # fmt: skip
+                       world_size=2, on_error="skip", max_replaced=None)  # fmt: skip
     rest.load_state_dict(state)
     stitched = head + [list(b["keys"]) for b in rest]
     assert [len(b) for b in stitched] == [len(b) for b in full]
@@ -209,6 +210,7 @@ def test_s3_shard_unreadable_after_all_retries(
             image_size=16,
             num_workers=0,
             on_error="skip",
+            max_replaced=None,
             retry=RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.02, patience=0.0),
         )
         batches = list(loader)
@@ -239,6 +241,7 @@ def test_torchrun_job_with_damaged_shards_under_skip(packed: Path, tmp_path: Pat
     out = tmp_path / "report"
     args = ["--data", str(ds), "--device", "cpu", "--epochs", "2", "--batch-size", str(BATCH)]
     args += ["--image-size", "32", "--workers", "1", "--on-error", "skip", "--out", str(out)]
+    args += ["--max-replaced", "none"]  # two of the three shards are damaged, on purpose
     args += ["--keep-last"]  # every planned sample read, the unreadable ones counted
     torchrun(2, *args)
     reports = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]

@@ -20,6 +20,7 @@ class Opened:
     version: str | None  # ETag or similar; a resumed read must see the same one
 
 
-Opener = Callable[[int, str | None], Opened]  # (offset, version) -> an open body at offset
+# (offset, version[, end=...]) -> an open body at offset (up to end, where given)
+Opener = Callable[..., Opened]
 
 __all__ = ["Body", "Opened", "Opener"]

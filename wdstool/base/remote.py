@@ -55,12 +55,16 @@ class RangeReader(io.RawIOBase):
         size: int | None = None,
         stats: dict[str, int] | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        limit: int | None = None,
     ) -> None:
+        """``limit``: nothing at or past this offset is read, nor asked of the store (a reader
+        that needs a shard's first samples only: the GET's range ends there)."""
         super().__init__()
         self.url = url
         self._opener = opener
         self._retry = retry
         self._size = size
+        self._limit = limit
         self._version: str | None = None
         self._body: Body | None = None
         self._pos = 0
@@ -109,7 +113,9 @@ class RangeReader(io.RawIOBase):
 
     def readinto(self, b: Any) -> int:
         want = len(b)
-        if want == 0 or (self._size is not None and self._pos >= self._size):
+        if self._limit is not None:
+            want = min(want, self._limit - self._pos)
+        if want <= 0 or (self._size is not None and self._pos >= self._size):
             return 0
         failures = 0
         last: BaseException | None = None
@@ -121,7 +127,12 @@ class RangeReader(io.RawIOBase):
                 self._ensure_open()
                 assert self._body is not None
                 data = self._body.read(want)
-                if not data and (self._size is None or self._pos < self._size):
+                end = (
+                    self._size
+                    if self._limit is None or self._size is None
+                    else min(self._size, self._limit)
+                )
+                if not data and (end is None or self._pos < end):
                     if self._size is None:
                         return 0
                     raise TransientError(f"connection ended at byte {self._pos} of {self._size}")
@@ -169,17 +180,28 @@ class RangeReader(io.RawIOBase):
     def _ensure_open(self) -> None:
         if self._body is not None:
             return
-        opened = self._opener(self._pos, self._version)
+        if self._limit is not None:
+            opened = self._opener(self._pos, self._version, end=self._limit)
+        else:
+            opened = self._opener(self._pos, self._version)
         self.stats["requests"] = self.stats.get("requests", 0) + 1
         self._body = opened.body
         if self._version is None:
             self._version = opened.version
         if opened.size is not None:
-            if self._size is not None and opened.size != self._size:
+            if self._size is not None and opened.size > self._size:
                 self._drop_body()
                 raise ShardError(
                     f"{self.url}: is {opened.size} bytes, expected {self._size} (the manifest "
                     "and the store disagree: re-pack, or run `wdstool verify`)"
+                )
+            if self._size is not None and opened.size < self._size and self._version is None:
+                # cut short: what is there is read, and the reader names where it ends
+                log.warning(
+                    "%s: is %d bytes, the index says %d: reading what is there",
+                    self.url,
+                    opened.size,
+                    self._size,
                 )
             self._size = opened.size
 
@@ -196,11 +218,11 @@ def s3_opener(url: str, storage_options: dict[str, Any] | None) -> Opener:
     """GetObject with a Range from the offset (none at 0) and If-Match on resumes."""
     bucket, key = split_s3(url)
 
-    def open_at(offset: int, version: str | None) -> Opened:
+    def open_at(offset: int, version: str | None, end: int | None = None) -> Opened:
         client = cached_s3_client(storage_options)
         kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key}
-        if offset:
-            kwargs["Range"] = f"bytes={offset}-"
+        if offset or end is not None:
+            kwargs["Range"] = f"bytes={offset}-{'' if end is None else end - 1}"
         if version:
             kwargs["IfMatch"] = version
         try:
@@ -242,7 +264,7 @@ def fsspec_opener(url: str, storage_options: dict[str, Any] | None) -> Opener:
 
     fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
 
-    def open_at(offset: int, version: str | None) -> Opened:
+    def open_at(offset: int, version: str | None, end: int | None = None) -> Opened:
         try:
             f = fs.open(path, "rb", block_size=8 << 20)
         except FileNotFoundError:
@@ -264,15 +286,17 @@ def open_remote(
     retry: RetryPolicy = DEFAULT_RETRY,
     size: int | None = None,
     stats: dict[str, int] | None = None,
+    limit: int | None = None,
 ) -> BinaryIO:
-    """A buffered, retrying, forward-seekable reader of a remote shard."""
+    """A buffered, retrying, forward-seekable reader of a remote shard (nothing past ``limit``
+    asked for, where given)."""
     if is_s3(url):
         opener = s3_opener(url, storage_options)
     elif is_web(url):
         opener = web_opener(url, storage_options, retry)
     else:
         opener = fsspec_opener(url, storage_options)
-    raw = RangeReader(url, opener, retry=retry, size=size, stats=stats)
+    raw = RangeReader(url, opener, retry=retry, size=size, stats=stats, limit=limit)
     return io.BufferedReader(raw, buffer_size=BUFFER)  # type: ignore[return-value]
 
 
@@ -284,6 +308,7 @@ def open_shard(
     size: int | None = None,
     stats: dict[str, int] | None = None,
     local_buffer: int = LOCAL_BUFFER,
+    limit: int | None = None,
 ) -> BinaryIO:
     """Open a shard for sequential reading from byte 0: a local file, or :func:`open_remote`
     (no request is sent before the first read). Errors are one line naming the URL.
@@ -298,7 +323,7 @@ def open_shard(
         except OSError as exc:
             raise StorageError(f"{url}: cannot open shard: {exc.strerror or exc}") from None
     try:
-        return open_remote(url, storage_options, retry=retry, size=size, stats=stats)
+        return open_remote(url, storage_options, retry=retry, size=size, stats=stats, limit=limit)
     except (ShardError, StorageError):
         raise
     except Exception as exc:  # bad options, unknown protocol, ...

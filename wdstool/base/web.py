@@ -137,7 +137,7 @@ def request(
     import urllib3
 
     target, base = resolve(url, storage_options)
-    timeout = urllib3.Timeout(connect=CONNECT_TIMEOUT, read=read_timeout)
+    timeout = urllib3.Timeout(connect=min(CONNECT_TIMEOUT, read_timeout), read=read_timeout)
     retries = urllib3.Retry(total=None, connect=0, read=0, status=0, other=0, redirect=10)
     try:
         return _pool().request(
@@ -212,8 +212,9 @@ def web_opener(
 ):
     """An opener for :class:`wdstool.base.remote.RangeReader`: a GET from ``offset``."""
 
-    def open_at(offset: int, version: str | None) -> Opened:
-        headers = {"Range": f"bytes={offset}-", **_conditions(version)}
+    def open_at(offset: int, version: str | None, end: int | None = None) -> Opened:
+        span = f"{offset}-{'' if end is None else end - 1}"
+        headers = {"Range": f"bytes={span}", **_conditions(version)}
         resp = request(url, storage_options, headers=headers, read_timeout=retry.read_timeout)
         try:
             check_status(url, resp.status, offset)

@@ -1,5 +1,6 @@
 """``wdstool index DEST --dali`` / ``wdstool index ROOT --timm``: index files for other readers
-(DALI's webdataset reader; timm's ``_info.json``)."""
+(DALI's webdataset reader; timm's ``_info.json``); ``wdstool index SOURCE... --out PATH.json``:
+an index of shards you cannot write next to (someone else's, on the web or the Hub)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from wdstool.cli.common import emit_json, progress_enabled, storage_options_from
 
 
 @click.command("index")
-@click.argument("dest", type=str)
+@click.argument("sources", nargs=-1, required=True, type=str)
 @click.option(
     "--dali",
     is_flag=True,
@@ -29,14 +30,15 @@ from wdstool.cli.common import emit_json, progress_enabled, storage_options_from
     "--out",
     default=None,
     metavar="DIR",
-    help="Write the index files under DIR (a folder or URL; shard paths relative to the "
-    "manifest are kept) instead of next to the shards (--dali only).",
+    help="--dali: write the index files under DIR (a folder or URL; shard paths relative to "
+    "the manifest are kept) instead of next to the shards. Without --dali/--timm: the index "
+    "file to write (PATH.json, a path or URL) for the shards of SOURCES.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 @storage_options_from_cli
 def index_cmd(
-    dest: str,
+    sources: tuple[str, ...],
     dali: bool,
     timm: bool,
     out: str | None,
@@ -58,17 +60,34 @@ def index_cmd(
     manifests), for timm.data.create_dataset("wds/NAME", root=ROOT, split="train") and timm's
     train.py --dataset wds/NAME --data-dir ROOT (its default splits: train, validation).
 
+    Without --dali/--timm, SOURCES are shards you cannot write next to (a brace pattern, a
+    folder or prefix of .tar files, an index: someone else's data set on a web server, the
+    Hugging Face Hub or a read-only bucket) and --out PATH.json is where their index goes: a
+    wids shard index (counts and sizes) with each sample's byte offset. make_loader(PATH.json)
+    then starts without reading the shards to count them, and its workers that split a shard
+    start at their first sample. Only tar headers are read.
+
     \b
     Example:
       wdstool pack images/train data/train
       wdstool pack images/val data/validation --prefix validation
       wdstool index data --timm
+      wdstool index 'https://host/ds/train-{0000..0099}.tar' --out ds-index.json
     """
-    if dali == timm:
-        raise ConfigError(
-            "say which index to write: --dali (DALI webdataset index files, one per shard) "
-            "or --timm (ROOT/_info.json for timm)"
-        )
+    if not dali and not timm:
+        if out is None:
+            raise ConfigError(
+                "say which index to write: --dali (DALI webdataset index files, one per "
+                "shard), --timm (ROOT/_info.json for timm), or --out PATH.json (an index of "
+                "the shards of SOURCES)"
+            )
+        _foreign(list(sources), out, as_json, quiet, storage_options)
+        return
+    if dali and timm:
+        raise ConfigError("--dali or --timm, not both")
+    if len(sources) != 1:
+        raise ConfigError("--dali and --timm take one DEST (a data set or a ROOT of them)")
+    dest = sources[0]
     if timm:
         _timm(dest, out, as_json, storage_options)
         return
@@ -105,6 +124,41 @@ def index_cmd(
     )
     if files:
         click.echo(f"  {files[0]}" + (f" ... {files[-1]}" if len(files) > 1 else ""))
+
+
+def _foreign(
+    sources: list[str],
+    out: str,
+    as_json: bool,
+    quiet: bool,
+    storage_options: dict[str, Any] | None,
+) -> None:
+    from tqdm import tqdm
+
+    from shard_writer.foreign_index import write_foreign_index
+
+    bar = tqdm(
+        total=None, unit="shard", disable=not progress_enabled(quiet), file=sys.stderr, desc="index"
+    )
+
+    def progress(done: int, total: int) -> None:
+        bar.total = total
+        bar.n = done
+        bar.refresh()
+
+    try:
+        summary = write_foreign_index(
+            sources, out, storage_options=storage_options, progress=progress
+        )
+    finally:
+        bar.close()
+    if as_json:
+        emit_json(summary)
+        return
+    click.echo(
+        f"wrote {out}: {summary['num_shards']} shards, {summary['num_samples']} samples, "
+        f"with each sample's offset"
+    )
 
 
 def _timm(

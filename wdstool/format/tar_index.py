@@ -9,10 +9,12 @@ sample and are left out without ending the sample around them). Member data is n
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from wdstool.base.errors import ShardError, StorageError, WdsToolError
 from wdstool.format.tar_read import (
     BLOCK,
     MemberInfo,
@@ -20,6 +22,8 @@ from wdstool.format.tar_read import (
     _checksum_ok,
     split_key,
 )
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +62,44 @@ def sample_spans(fileobj: BinaryIO, url: str) -> Iterator[SampleSpan]:
         members.append(m)
     if members:
         yield SampleSpan(key, tuple(members))  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class ShardScan:
+    """One shard as its headers say: its samples' offsets (each sample's first header), its size
+    (the file's, or where the readable samples end), and what was wrong with it, if anything."""
+
+    url: str
+    offsets: tuple[int, ...]
+    filesize: int
+    damage: str = ""
+
+    @property
+    def nsamples(self) -> int:
+        return len(self.offsets)
+
+
+def scan_shard(f: BinaryIO, url: str, *, skip_damaged: bool = False) -> ShardScan:
+    """The samples of one tar shard, from its headers (member data skipped). A shard cut short
+    or corrupt is a ShardError naming it; with ``skip_damaged`` the samples before the damage
+    are counted and it is logged."""
+    reader = TarSampleReader(f, url, keep=lambda ext: False)
+    offsets: list[int] = []
+    try:
+        offsets.extend(s.offset for s in reader)
+    except (ShardError, StorageError, OSError) as exc:
+        if not skip_damaged:
+            raise
+        why = exc.message if isinstance(exc, WdsToolError) else f"{url}: {exc}"
+        log.warning(
+            "damaged shard: %s; counting the %d samples before byte %d",
+            why,
+            len(offsets),
+            reader.offset,
+        )
+        return ShardScan(url, tuple(offsets), reader.offset, why)
+    size = getattr(getattr(f, "raw", f), "size", None)
+    return ShardScan(url, tuple(offsets), size if isinstance(size, int) else reader.offset)
 
 
 def suffix_of(key: str, name: str) -> str:
