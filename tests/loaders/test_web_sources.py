@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 import webdataset as wds
-from PIL import Image
 
 from loaders import RetryPolicy, make_loader
 from tests.conftest import REPO, noise_image
