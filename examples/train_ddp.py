@@ -114,6 +114,13 @@ def parse_args() -> argparse.Namespace:
     )
     p.add_argument("--save-model", type=Path, default=None, help="rank 0 saves the weights here")
     p.add_argument(
+        "--num-classes",
+        type=int,
+        default=None,
+        help="classes of the labels (default: the data set's index names them; someone else's "
+        "shards often have no class list)",
+    )
+    p.add_argument(
         "--recipe",
         default=None,
         help="a named recipe (loaders/recipe/presets.py) or module:attr of a pipeline of yours",
@@ -270,7 +277,7 @@ def main() -> None:
             num_workers=args.workers,
             pin_memory=cuda,
         )
-    num_classes = max(len(loader.dataset.index.classes), 2)
+    num_classes = args.num_classes or max(len(loader.dataset.index.classes), 2)
     model = small_resnet(num_classes).to(device)
     if cuda:
         model = model.to(memory_format=torch.channels_last)

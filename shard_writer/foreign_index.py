@@ -24,7 +24,7 @@ from typing import Any
 from shard_writer.dest import Destination
 from wdstool.base.errors import InputError, ShardError, StorageError
 from wdstool.base.remote import open_shard
-from wdstool.format.indexes import find_index
+from wdstool.format.indexes import find_index, index_for
 from wdstool.format.manifest import Manifest, ManifestNotFound, ShardEntry, resolve_shard_url
 from wdstool.format.shardlist import expand, is_pattern, tars_in
 from wdstool.format.tar_index import ShardScan, scan_shard
@@ -44,6 +44,50 @@ def shards_of(source: str, storage_options: dict[str, Any] | None) -> list[str]:
     except (ShardError, StorageError) as exc:
         raise InputError(exc.message) from None
     return [resolve_shard_url(base, s.url) for s in manifest.shards]
+
+
+def dataset_of(
+    source: str, storage_options: dict[str, Any] | None = None, *, count: bool = True
+) -> tuple[Manifest, str]:
+    """What ``inspect`` and ``verify`` read of any SOURCE: its index (ours, wids', timm's; for
+    shards named by a pattern or a folder of ``.tar`` files, one beside them that lists them)
+    and the URL its names are relative to; without one, its shards with their counts from a
+    header scan (``count``), or unknown (-1: ``verify`` counts them as it reads them)."""
+    if not is_pattern(source):
+        try:
+            return find_index(source, storage_options)
+        except ManifestNotFound:
+            urls = tars_in(source, storage_options)
+            if not urls:
+                raise
+    else:
+        urls = expand(source)
+    listed = index_for(urls, storage_options)
+    if listed is not None:
+        return listed, ""
+    if not count:
+        return Manifest(shards=tuple(ShardEntry(u, -1, -1, "") for u in urls)), ""
+    scans = _scan(urls, storage_options, 8, None)
+    return Manifest(shards=tuple(ShardEntry(s.url, s.nsamples, s.filesize, "") for s in scans)), ""
+
+
+def _scan(
+    urls: list[str],
+    storage_options: dict[str, Any] | None,
+    workers: int,
+    progress: Callable[[int, int], object] | None,
+) -> list[ShardScan]:
+    done = itertools.count(1)
+
+    def one(url: str) -> ShardScan:
+        with open_shard(url, storage_options, local_buffer=0) as f:
+            scan = scan_shard(f, url)
+        if progress is not None:
+            progress(next(done), len(urls))
+        return scan
+
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(urls)))) as pool:
+        return list(pool.map(one, urls))
 
 
 def _absolute(url: str) -> str:
@@ -66,17 +110,7 @@ def write_foreign_index(
     urls = [_absolute(u) for src in sources for u in shards_of(src, storage_options)]
     if len(set(urls)) != len(urls):
         raise InputError("the sources name a shard twice")
-    done = itertools.count(1)
-
-    def one(url: str) -> ShardScan:
-        with open_shard(url, storage_options, local_buffer=0) as f:
-            scan = scan_shard(f, url)
-        if progress is not None:
-            progress(next(done), len(urls))
-        return scan
-
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(urls)))) as pool:
-        scans = list(pool.map(one, urls))
+    scans = _scan(urls, storage_options, workers, progress)
     entries = [ShardEntry(s.url, s.nsamples, s.filesize, "", s.offsets) for s in scans]
     manifest = Manifest(shards=tuple(entries), name=os.path.basename(out)[: -len(".json")])
     folder, _, name = out.rstrip("/").rpartition("/")

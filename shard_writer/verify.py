@@ -16,11 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from shard_writer.foreign_index import dataset_of
 from wdstool.base.errors import ShardError, UnsafeMembersError, WdsToolError
 from wdstool.base.remote import open_shard
 from wdstool.format.images import IMAGE_EXTENSIONS
-from wdstool.format.manifest import Manifest, load_manifest, manifest_url_for, resolve_shard_url
+from wdstool.format.indexes import split_fragment
+from wdstool.format.manifest import Manifest, manifest_url_for, resolve_shard_url
 from wdstool.format.shard_formats import TAR, format_for
+from wdstool.format.shardlist import is_pattern
 from wdstool.format.tar_read import ObservedTarSampleReader, TarMember
 from wdstool.format.tar_safety import printable_name, unsafe_reasons
 
@@ -77,9 +80,18 @@ class UnsafeMember:
         }
 
 
+def _where(source: str) -> str:
+    """What a data set's report names: its index (``index.json`` of a folder), or the source
+    itself (a pattern, an index file)."""
+    if is_pattern(source) or split_fragment(source)[0].endswith(".json"):
+        return source
+    return manifest_url_for(source)
+
+
 def inspect_dataset(source: str, *, nkeys: int = 5, storage_options: dict | None = None) -> dict:
-    """Summary of a dataset from its manifest, plus the first ``nkeys`` keys of the first shard."""
-    manifest, base = load_manifest(source, storage_options)
+    """Summary of a dataset from its index (ours, wids', timm's; for other shards, counted
+    from their headers), plus the first ``nkeys`` keys of the first shard."""
+    manifest, base = dataset_of(source, storage_options)
     keys: list[str] = []
     if nkeys and manifest.shards:
         url = resolve_shard_url(base, manifest.shards[0].url)
@@ -91,7 +103,7 @@ def inspect_dataset(source: str, *, nkeys: int = 5, storage_options: dict | None
     counts = manifest.shard_sizes
     info = manifest.to_json()
     info.update(
-        manifest=manifest_url_for(source),
+        manifest=_where(source),
         shards=info.pop("shardlist"),
         min_samples=min(counts) if counts else 0,
         max_samples=max(counts) if counts else 0,
@@ -185,10 +197,12 @@ def verify_shard(
     on_bytes: Callable[[int], object] | None = None,
     on_unsafe: Callable[[UnsafeMember], object] | None = None,
     member_sets: MemberSets | None = None,
+    totals: list[int] | None = None,
 ) -> list[UnsafeMember]:
     """Check one shard; raise ShardError at its first problem, except members unsafe to
     extract: those are returned (and passed to ``on_unsafe`` as they are found). Each sample's
-    member set goes to ``member_sets``."""
+    member set goes to ``member_sets``; its samples and bytes are added to ``totals``. A count
+    or size the index does not give (-1) is not checked."""
     entry = manifest.shards[index]
     url = resolve_shard_url(base, entry.url)
     try:
@@ -236,8 +250,11 @@ def verify_shard(
         raise ShardError(f"{url}: size {reader.size} bytes, manifest says {entry.filesize}")
     if entry.sha256 and reader.digest.hexdigest() != entry.sha256:
         raise ShardError(f"{url}: sha256 mismatch (content changed or corrupt)")
-    if n != entry.nsamples:
+    if entry.nsamples >= 0 and n != entry.nsamples:
         raise ShardError(f"{url}: {n} samples, manifest says {entry.nsamples}")
+    if totals is not None:
+        totals[0] += n
+        totals[1] += reader.size
     return unsafe
 
 
@@ -257,9 +274,10 @@ def verify_dataset(
     report lists them); then, unless ``allow_unsafe_names``, UnsafeMembersError (a ShardError
     carrying the report) says how many there are, in how many shards.
     """
-    manifest, base = load_manifest(source, storage_options)
+    manifest, base = dataset_of(source, storage_options, count=False)
     unsafe: list[UnsafeMember] = []
     member_sets = MemberSets()
+    totals = [0, 0]
     for i in range(len(manifest.shards)):
         unsafe += verify_shard(
             manifest,
@@ -270,13 +288,14 @@ def verify_dataset(
             on_bytes=on_bytes,
             on_unsafe=on_unsafe,
             member_sets=member_sets,
+            totals=totals,
         )
     warning = member_sets.warning()
     report = {
-        "manifest": manifest_url_for(source),
+        "manifest": _where(source),
         "num_shards": len(manifest.shards),
-        "num_samples": manifest.num_samples,
-        "total_bytes": manifest.total_bytes,
+        "num_samples": totals[0],
+        "total_bytes": totals[1],
         "decoded": decode,
         "unsafe_members": [p.to_json() for p in unsafe],
         "allow_unsafe_names": allow_unsafe_names,

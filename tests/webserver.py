@@ -250,6 +250,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         kind, _, n = fault.partition(":")
         if kind in ("drop", "stall") and int(n) < length:
             cut = int(n)
+        if cut is None and not owner.rate:  # the kernel copies: a server that costs no CPU
+            self.wfile.flush()
+            with path.open("rb") as f:
+                try:
+                    sent = self.connection.sendfile(f, start, length)
+                except OSError:
+                    sent = 0
+            with owner._lock:
+                owner.sent[self.path.split("?", 1)[0]] += sent
+            return None
         with path.open("rb") as f:
             f.seek(start)
             left, sent = length if cut is None else cut, 0

@@ -224,7 +224,7 @@ def test_hf_urls_read_the_hubs_resolve_urls(foreign: Path, monkeypatch) -> None:
         local = _loader(str(foreign / PATTERN), num_workers=0)
         assert _keys_and_pixels(hub) == _keys_and_pixels(local)
         monkeypatch.setenv("HF_TOKEN", "wrong")
-        with pytest.raises(StorageError, match="access denied .*HF_TOKEN"):
+        with pytest.raises(StorageError, match=r"access denied .*HF_TOKEN"):
             _loader(f"hf://datasets/someone/some-wds/{PATTERN}", num_workers=0)
 
 
@@ -241,9 +241,55 @@ def test_a_truncated_shard_replaces_only_what_is_past_the_cut(
     shard.write_bytes(data[: len(data) // 2 + 700])
     with WebServer(cut) as srv:
         for source in (f"{srv.url}/{PATTERN}",):
-            with pytest.raises(ShardError, match="shard-000002.tar: truncated"):
+            with pytest.raises(ShardError, match=r"shard-000002\.tar: truncated"):
                 _loader(source, num_workers=0)
             loader = _loader(source, on_error="skip", max_replaced=None)
             keys = [k for k, _p in _keys_and_pixels(loader)]
             readable = sum(1 for k in keys if "s0004" <= k < "s0006")
             assert 5 <= readable < PER_SHARD  # the readable half of the shard was trained on
+
+
+def test_a_two_rank_job_counts_the_data_set_once(foreign: Path, tmp_path: Path) -> None:
+    """examples/train_ddp.py on 2 ranks x 2 workers over HTTP, no index: rank 0 scans the
+    shards, every rank gets the counts (one collective), and the job reads the data set at
+    most about twice in all: once for the scan, once for the epoch."""
+    from tests.loaders.test_torchrun import torchrun
+
+    data = sum(p.stat().st_size for p in foreign.glob("*.tar"))
+    with WebServer(foreign) as srv:
+        proc = torchrun(
+            2,
+            *("--data", f"{srv.url}/{PATTERN}", "--device", "cpu", "--epochs", "1"),
+            *("--batch-size", "8", "--image-size", "24", "--workers", "2"),
+            *("--keep-last", "--num-classes", "4", "--keys-log", str(tmp_path / "keys")),
+        )
+        fetched = srv.total_sent(".tar")
+    assert proc.stderr.count("header-only scan") + proc.stdout.count("header-only scan") <= 1
+    assert fetched <= 2.05 * data, (fetched, data)
+    keys = [
+        k
+        for r in range(2)
+        for line in (tmp_path / "keys" / f"rank{r}.jsonl").read_text().splitlines()
+        for k in json.loads(line)["keys"]
+    ]
+    assert sorted(keys) == [f"s{n:05d}" for n in range(SHARDS * PER_SHARD)]
+
+
+def test_inspect_and_verify_take_the_shards_where_they_are(foreign: Path) -> None:
+    """A brace pattern of someone else's shards on a web server: inspect counts them, verify
+    reads every one (their member sets differ: a warning), and a server that is down is said
+    to be down, not "no manifest"."""
+    from tests.conftest import run_cli
+
+    with WebServer(foreign) as srv:
+        source = f"{srv.url}/{PATTERN}"
+        info = json.loads(run_cli("inspect", source, "--json").stdout)
+        assert info["num_shards"] == SHARDS and info["num_samples"] == SHARDS * PER_SHARD
+        assert info["sample_keys"][:2] == ["s00000", "s00001"]
+        report = run_cli("verify", source, "--json", "-q")
+        assert json.loads(report.stdout)["num_samples"] == SHARDS * PER_SHARD
+        assert "different member sets" in report.stderr
+        srv.stop()
+        down = run_cli("verify", srv.url, check=False, env={"WDSTOOL_RETRY_PATIENCE": "0.5"})
+        assert down.returncode == 1
+        assert "cannot connect" in down.stderr and "no index found" not in down.stderr

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import http.client
+import os
 import random
 import socket
 import time
@@ -90,7 +91,19 @@ class RetryPolicy:
                 sleep(delay)
 
 
-DEFAULT_RETRY = RetryPolicy()
+def _default() -> RetryPolicy:
+    """The default policy; ``WDSTOOL_RETRY_PATIENCE`` (seconds) sets how long an outage is
+    waited out, for the command line too (``make_loader`` takes ``retry=``)."""
+    patience = os.environ.get("WDSTOOL_RETRY_PATIENCE")
+    if patience is None:
+        return RetryPolicy()
+    try:
+        return RetryPolicy(patience=float(patience))
+    except ValueError:
+        raise StorageError(f"WDSTOOL_RETRY_PATIENCE={patience!r}: give seconds") from None
+
+
+DEFAULT_RETRY = _default()
 
 
 def error_code(exc: BaseException) -> tuple[str, int]:
