@@ -29,11 +29,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from wdstool.base.errors import WdsToolError
+from wdstool.format.shard_formats import TAR, count_samples, format_for
 from wdstool.format.tar_index import ShardScan, scan_shard
 
 log = logging.getLogger(__name__)
 SCANS = "scans"
-SCAN_VERSION = 1
+SCAN_VERSION = 2
 
 
 def scan_shards(
@@ -44,7 +45,9 @@ def scan_shards(
 
     def one(url: str) -> ShardScan:
         with open_fn(url) as f:
-            return scan_shard(f, url, skip_damaged=skip_damaged)
+            if format_for(url) is TAR:
+                return scan_shard(f, url, skip_damaged=skip_damaged)
+            return ShardScan(url, count_samples(f, url), -1)  # a registered format: a count
 
     with ThreadPoolExecutor(max_workers=min(8, len(urls))) as pool:
         scans = list(pool.map(one, urls))
@@ -71,7 +74,9 @@ def _load(path: str, urls: list[str]) -> list[ShardScan] | None:
         return None
     if obj.get("version") != SCAN_VERSION or obj.get("urls") != urls:
         return None
-    return [ShardScan(u, tuple(o), s, d) for u, o, s, d in obj["shards"]]
+    return [
+        ShardScan(u, n, s, None if o is None else tuple(o), d) for u, n, s, o, d in obj["shards"]
+    ]
 
 
 def _save(path: str, urls: list[str], scans: list[ShardScan]) -> None:
@@ -79,7 +84,16 @@ def _save(path: str, urls: list[str], scans: list[ShardScan]) -> None:
     obj = {
         "version": SCAN_VERSION,
         "urls": urls,
-        "shards": [[s.url, list(s.offsets), s.filesize, s.damage] for s in scans],
+        "shards": [
+            [
+                s.url,
+                s.nsamples,
+                s.filesize,
+                None if s.offsets is None else list(s.offsets),
+                s.damage,
+            ]
+            for s in scans
+        ],
     }
     with open(tmp, "w") as f:
         json.dump(obj, f)

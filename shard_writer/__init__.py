@@ -8,6 +8,7 @@ Every command of the CLI that writes or checks a data set is one call here; opti
 dependencies (pyarrow for parquet listings, Ray for ``engine="ray"``) load only when used.
 """
 
+from shard_writer.foreign_index import write_foreign_index
 from shard_writer.index import write_dali_indexes
 from shard_writer.options import PackOptions, PackSummary, ReshardOptions, WriteOptions
 from shard_writer.pack import pack
@@ -34,5 +35,6 @@ __all__ = [
     "split",
     "verify_dataset",
     "write_dali_indexes",
+    "write_foreign_index",
     "write_timm_info",
 ]

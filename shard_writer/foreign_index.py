@@ -106,7 +106,7 @@ def write_foreign_index(
     URL), atomically; returns a summary. A shard that is cut short or corrupt is a ShardError
     naming it (nothing is written)."""
     if not out.endswith(".json"):
-        raise InputError(f"--out {out}: name the index file, e.g. {out.rstrip('/')}/index.json")
+        raise InputError(f"{out}: name the index file to write, e.g. {out.rstrip('/')}/index.json")
     urls = [_absolute(u) for src in sources for u in shards_of(src, storage_options)]
     if len(set(urls)) != len(urls):
         raise InputError("the sources name a shard twice")

@@ -5,7 +5,8 @@ pipeline split into the two (``fuse``), put together in :class:`Recipe` (``recip
 ``presets`` names the recipes people train with."""
 
 from loaders.recipe.geometry import Geometry, Head, from_row, to_row
-from loaders.recipe.recipe import DEFAULT_SIZE, Recipe, as_size, build_recipe, check_output
+from loaders.recipe.probe import check_output
+from loaders.recipe.recipe import DEFAULT_SIZE, Recipe, as_size, build_recipe
 from loaders.recipe.seeding import Seeder, Where
 
 __all__ = [

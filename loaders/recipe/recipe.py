@@ -20,8 +20,6 @@ from functools import cached_property
 from typing import Any
 
 import torch
-from PIL import Image
-from torchvision import transforms as T
 from torchvision.transforms import v2
 
 from loaders.recipe import kernels
@@ -30,9 +28,10 @@ from loaders.recipe.fuse import op_name
 from loaders.recipe.geometry import Geometry, Head, Size, eval_head, train_head
 from loaders.recipe.imagetypes import Kind, NormalizedFloat, as_kind, as_tensor
 from loaders.recipe.libhead import LibHead
+from loaders.recipe.probe import probe
 from loaders.recipe.render import apply, render
 from loaders.recipe.schedule import as_size
-from loaders.recipe.seeding import Seeder, Where
+from loaders.recipe.seeding import Seeder, draws_from_globals
 from wdstool.base.errors import ConfigError
 from wdstool.format.decode import PARTIAL_DECODE, decode_hwc, decode_rgb, header_size
 from wdstool.format.images import MAX_PIXELS, is_jpeg
@@ -75,7 +74,7 @@ class Recipe:
         ``Lambda``, another library's transform), or the head is drawn by another library:
         they may draw from Python's or numpy's generators too, which are then seeded as
         well."""
-        return any(_opaque(op) for op in self.tail) or (
+        return any(draws_from_globals(op) for op in self.tail) or (
             getattr(self.head, "seeded", False) and self.head.opaque  # type: ignore[union-attr]
         )
 
@@ -216,136 +215,6 @@ class Recipe:
 
 
 _KIND_WORDS = {Kind.PIL: "PIL images", Kind.NUMPY: "HWC arrays", Kind.TENSOR: "tensors"}
-_CONTAINERS = (
-    v2.Compose,
-    v2.RandomApply,
-    v2.RandomChoice,
-    v2.RandomOrder,
-    T.Compose,
-    T.RandomApply,
-    T.RandomChoice,
-    T.RandomOrder,
-)
-
-
-def _opaque(op: Any) -> bool:
-    """``op`` is not a torchvision transform (nor a container of only those)."""
-    if isinstance(op, v2.Lambda | T.Lambda):
-        return True
-    if getattr(op, "draws_nothing", False):  # the conversions of loaders.recipe.imagetypes
-        return False
-    if isinstance(op, _CONTAINERS):
-        return any(_opaque(t) for t in op.transforms)
-    return not (isinstance(op, torch.nn.Module) and type(op).__module__.startswith("torchvision."))
-
-
-# the grey test images an unfused pipeline is probed on: two aspects, so that an output size
-# that depends on the image shows
-PROBES = ((300, 400), (450, 280))
-
-
-def _describe_image(img: Any) -> str:
-    if isinstance(img, torch.Tensor):
-        return f"a {str(img.dtype).replace('torch.', '')} tensor {list(img.shape)}"
-    if isinstance(img, Image.Image):
-        return f"a PIL {img.mode} image"
-    return type(img).__name__
-
-
-class _OpFailed(Exception):
-    """A library's own op refused the image it was given (see :func:`_run_probe`)."""
-
-    def __init__(self, op: Any, img: Any, exc: Exception) -> None:
-        super().__init__(op, img, exc)
-        self.op, self.img, self.exc = op, img, exc
-
-
-def _run_ops(ops: tuple[Callable[[Any], Any], ...]) -> Callable[[Any], Any]:
-    def run(img: Any) -> Any:
-        for op in ops:
-            try:
-                img = op(img)
-            except Exception as exc:
-                raise _OpFailed(op, img, exc) from exc
-        return img
-
-    return run
-
-
-def _run_probe(recipe: Recipe, size: Size) -> torch.Tensor:
-    # a fused head hands its tail what the head says (a PIL head may hand a tensor)
-    kind = recipe.kind if recipe.head is None else getattr(recipe.head, "hands", recipe.kind)
-    img = as_kind(torch.full((3, *size), 128, dtype=torch.uint8), kind)
-    out = as_tensor(Seeder(Where.MAIN, recipe.opaque)(_run_ops(recipe.tail), img, 0))
-    check_output(out, "transform, on a grey test image", None)
-    return out
-
-
-def _refused(failed: _OpFailed) -> ConfigError:
-    """One line naming a library op that cannot take what it was given, and the fix."""
-    name, got = op_name(failed.op), _describe_image(failed.img)
-    hint = "check the pipeline's order of conversions"
-    if "float" in str(failed.exc) and isinstance(failed.img, torch.Tensor):
-        hint = (
-            "put ToDtype(torch.float32, scale=True) (v2) or ToTensor() (v1) before it, or drop "
-            "it and normalize on the device (loaders.normalize)"
-        )
-    return ConfigError(
-        f"transform: {name} cannot take {got} ({type(failed.exc).__name__}: "
-        f"{' '.join(str(failed.exc).split())[:160]}); {hint}"
-    )
-
-
-def _probe(recipe: Recipe) -> tuple[Size | None, torch.dtype | None]:
-    """The recipe's output size and dtype, from runs on grey images: the tail's on one of the
-    head's size, an unfused pipeline's on two of other shapes (its size where both agree).
-    Where a library's op after a fused head refuses its image: a ConfigError naming it; where
-    other ops fail on those images: the head's size and uint8, or nothing known for an
-    unfused pipeline (each sample is checked anyway)."""
-    if not recipe.tail:
-        return recipe.size, torch.uint8
-    if recipe.head is not None and recipe.size is None:
-        return None, None
-    try:
-        if recipe.head is not None:
-            outs = [_run_probe(recipe, recipe.size)]  # type: ignore[arg-type]
-        else:
-            outs = [_run_probe(recipe, size) for size in PROBES]
-    except ConfigError:
-        raise
-    except _OpFailed as failed:
-        # a library's op after the fused head gets what every sample's gets (an unfused
-        # pipeline's probe images are of sizes of ours, which its ops may rightly refuse)
-        if recipe.head is not None and not _opaque(failed.op):
-            raise _refused(failed) from None
-        log.debug("transform: %s failed on a grey test image: %s", op_name(failed.op), failed.exc)
-        return (recipe.size, torch.uint8) if recipe.head is not None else (None, None)
-    except Exception as exc:  # a real sample will say it, naming itself
-        log.debug("transform: its ops failed on a grey test image: %s", exc)
-        return (recipe.size, torch.uint8) if recipe.head is not None else (None, None)
-    shapes = {tuple(o.shape[-2:]) for o in outs}
-    dtypes = {o.dtype for o in outs}
-    size = shapes.pop() if len(shapes) == 1 else None
-    return size, dtypes.pop() if len(dtypes) == 1 else None  # type: ignore[return-value]
-
-
-def check_output(img: Any, where: str, dtype: torch.dtype | None) -> None:
-    """A transform's output must be a [3,H,W] uint8 (or, with ``dtype`` float32, float32)
-    tensor: ConfigError naming ``where`` otherwise."""
-    ok = isinstance(img, torch.Tensor) and img.ndim == 3 and img.shape[0] == 3
-    allowed = (torch.uint8, torch.float32) if dtype is None else (dtype,)
-    if ok and img.dtype in allowed:
-        return
-    got = (
-        f"{img.dtype} {list(img.shape)}".replace("torch.", "")
-        if isinstance(img, torch.Tensor)
-        else type(img).__name__
-    )
-    want = " or ".join(str(d).replace("torch.", "") for d in allowed)
-    raise ConfigError(
-        f"{where}: the transform returned {got}; it must return a {want} [3,H,W] tensor"
-        + (" (normalize on the device, or pass output='float')" if dtype == torch.uint8 else "")
-    )
 
 
 def build_recipe(
@@ -393,7 +262,7 @@ def build_recipe(
 
 def _probed(recipe: Recipe, output: str) -> Recipe:
     """``recipe`` with the output size and dtype its ops give (runs on test images)."""
-    size, dtype = _probe(recipe)
+    size, dtype = probe(recipe)
     if dtype is not None and dtype != torch.uint8 and output == "uint8":
         raise ConfigError(
             f"transform: its output is {str(dtype).replace('torch.', '')} (ToTensor/ToDtype/"
@@ -404,4 +273,4 @@ def _probed(recipe: Recipe, output: str) -> Recipe:
     return replace(recipe, size=size, dtype=dtype)
 
 
-__all__ = ["DEFAULT_SIZE", "Recipe", "as_size", "build_recipe", "check_output"]
+__all__ = ["DEFAULT_SIZE", "Recipe", "as_size", "build_recipe"]

@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
+from torchvision import transforms as T
+from torchvision.transforms import v2
 
 _T = torch.Tensor
 # every torch entry point that draws random numbers and takes a generator
@@ -172,4 +174,28 @@ class Seeder:
                     _set_globals(saved)
 
 
-__all__ = ["RANDOM_OPS", "Seeder", "Where"]
+_CONTAINERS = (
+    v2.Compose,
+    v2.RandomApply,
+    v2.RandomChoice,
+    v2.RandomOrder,
+    T.Compose,
+    T.RandomApply,
+    T.RandomChoice,
+    T.RandomOrder,
+)
+
+
+def draws_from_globals(op: Any) -> bool:
+    """``op`` may draw from Python's or numpy's global generators: it is not a torchvision
+    transform (nor a container of only those), nor one of the loader's own conversions."""
+    if isinstance(op, v2.Lambda | T.Lambda):
+        return True
+    if getattr(op, "draws_nothing", False):  # the conversions of loaders.recipe.imagetypes
+        return False
+    if isinstance(op, _CONTAINERS):
+        return any(draws_from_globals(t) for t in op.transforms)
+    return not (isinstance(op, torch.nn.Module) and type(op).__module__.startswith("torchvision."))
+
+
+__all__ = ["RANDOM_OPS", "Seeder", "Where", "draws_from_globals"]

@@ -14,7 +14,7 @@ from wdstool.base.remote import open_shard
 from wdstool.base.retry import RetryPolicy
 
 pytestmark = pytest.mark.slow
-FAST_RETRY = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.02)
+FAST_RETRY = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.02, patience=0.0)
 SIZE = 300_000
 DROP_AT = 60_000  # response bytes (headers included) before the connection drops
 

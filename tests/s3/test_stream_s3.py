@@ -16,7 +16,7 @@ from tests.faultproxy import FaultProxy
 from wdstool.base.errors import StorageError
 from wdstool.base.retry import RetryPolicy
 
-FAST_RETRY = RetryPolicy(attempts=6, base_delay=0.01, max_delay=0.05)
+FAST_RETRY = RetryPolicy(attempts=6, base_delay=0.01, max_delay=0.05, patience=0.0)
 
 
 @pytest.fixture(scope="module")

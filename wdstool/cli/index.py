@@ -135,7 +135,7 @@ def _foreign(
 ) -> None:
     from tqdm import tqdm
 
-    from shard_writer.foreign_index import write_foreign_index
+    from shard_writer import write_foreign_index
 
     bar = tqdm(
         total=None, unit="shard", disable=not progress_enabled(quiet), file=sys.stderr, desc="index"

@@ -56,8 +56,8 @@ _D = ShowConfig()
     show_default=True,
     metavar="NAME|module:attr",
     help="The training recipe whose output is shown: a preset (default, eval, bicubic, randaug, "
-    "trivialaug, clip, eval-bicubic: as stream-bench's) or an importable torchvision v2 "
-    "pipeline.",
+    "trivialaug, clip, eval-bicubic, timm-train, timm-eval, tutorial, tutorial-eval: as "
+    "stream-bench's) or an importable pipeline (torchvision v1 or v2, timm, albumentations).",
 )
 @click.option(
     "--eval-transform",

@@ -51,9 +51,10 @@ BENCH = "loaders.bench.run:BenchConfig"  # the defaults of every option that has
     setting="transform_name",
     metavar="NAME|module:attr",
     help="The recipe to measure: a preset (default, eval, bicubic, randaug, trivialaug, clip, "
-    "eval-bicubic; see loaders/recipe/presets.py) built at --image-size, or module:attr naming a "
-    "torchvision v2 pipeline (make_loader(transform=...)). The webdataset and imagefolder "
-    "baselines then decode with torchvision.io and run the same pipeline.",
+    "eval-bicubic, timm-train, timm-eval, tutorial, tutorial-eval; see "
+    "loaders/recipe/presets.py) built at --image-size, or module:attr naming a pipeline "
+    "(torchvision v1 or v2, timm, albumentations: make_loader(transform=...)). The webdataset "
+    "and imagefolder baselines then decode with torchvision.io and run the same pipeline.",
 )
 @click.option(
     "--exact-decode",

@@ -70,13 +70,10 @@ class ShardScan:
     (the file's, or where the readable samples end), and what was wrong with it, if anything."""
 
     url: str
-    offsets: tuple[int, ...]
+    nsamples: int
     filesize: int
+    offsets: tuple[int, ...] | None = None  # None: a format whose readers cannot start inside
     damage: str = ""
-
-    @property
-    def nsamples(self) -> int:
-        return len(self.offsets)
 
 
 def scan_shard(f: BinaryIO, url: str, *, skip_damaged: bool = False) -> ShardScan:
@@ -97,9 +94,10 @@ def scan_shard(f: BinaryIO, url: str, *, skip_damaged: bool = False) -> ShardSca
             len(offsets),
             reader.offset,
         )
-        return ShardScan(url, tuple(offsets), reader.offset, why)
+        return ShardScan(url, len(offsets), reader.offset, tuple(offsets), why)
     size = getattr(getattr(f, "raw", f), "size", None)
-    return ShardScan(url, tuple(offsets), size if isinstance(size, int) else reader.offset)
+    filesize = size if isinstance(size, int) else reader.offset
+    return ShardScan(url, len(offsets), filesize, tuple(offsets))
 
 
 def suffix_of(key: str, name: str) -> str:
