@@ -4,7 +4,10 @@ describes each error: on botocore's, urllib3's and Python's own exception types.
 from __future__ import annotations
 
 import http.client
+import os
 import random
+import subprocess
+import sys
 
 import botocore.exceptions as bce
 import pytest
@@ -256,3 +259,29 @@ def test_describe_plain_errors() -> None:
     assert describe(FileNotFoundError("gone")) == "not found (gone)"
     assert describe(ConnectionResetError("peer\n reset")) == "ConnectionResetError: peer reset"
     assert describe(TimeoutError()) == "TimeoutError"
+
+
+def test_an_outage_is_waited_out_for_patience_seconds_past_the_attempts() -> None:
+    """Giving up takes both: ``attempts`` failures in a row and ``patience`` seconds without
+    progress (a server down for a few seconds is waited for; one down for good is an error).
+    The default waits a minute; WDSTOOL_RETRY_PATIENCE sets it for the command line."""
+    assert RetryPolicy().patience == 60.0 and RetryPolicy().read_timeout == 30.0
+    policy = RetryPolicy(attempts=3, base_delay=0.5, max_delay=1.0, patience=20.0)
+    assert not policy.exhausted(3, 19.9) and not policy.exhausted(2, 100.0)
+    assert policy.exhausted(3, 20.0)
+    slept: list[float] = []
+    calls = []
+
+    def down() -> None:
+        calls.append(1)
+        raise ConnectionRefusedError("refused")
+
+    with pytest.raises(StorageError, match="giving up after"):
+        policy.call("http://127.0.0.1:1/x.tar", down, sleep=slept.append)
+    assert len(calls) > 3 and sum(slept) >= 20.0 - 1.0  # kept trying for the patience
+    env = {**os.environ, "WDSTOOL_RETRY_PATIENCE": "7.5"}
+    out = subprocess.run(
+        [sys.executable, "-c", "from wdstool.base.retry import DEFAULT_RETRY as d; print(d.patience)"],
+        capture_output=True, text=True, env=env, check=True,
+    )  # fmt: skip
+    assert out.stdout.strip() == "7.5"
