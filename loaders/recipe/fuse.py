@@ -20,7 +20,7 @@ parameters differently, so it stops the fusion like any other op.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -37,18 +37,9 @@ from loaders.recipe.geometry import (
     Size,
 )
 from loaders.recipe.imagetypes import Kind, adapt
-from loaders.recipe.parts import Split
+from loaders.recipe.parts import Split, flatten
 
 _NO_OPS = (v2.ToImage, v2.ToPureTensor, v2.PILToTensor, v2.Identity, v2.RGB)
-
-
-def flatten(transform: Callable[[Any], Any]) -> Iterator[Callable[[Any], Any]]:
-    """The ops of ``transform`` in order, nested ``v2.Compose`` flattened."""
-    if type(transform) is v2.Compose:
-        for t in transform.transforms:
-            yield from flatten(t)
-    else:
-        yield transform
 
 
 def op_name(op: Any) -> str:
@@ -118,7 +109,7 @@ def _geometric(ops: list[Any], i: int) -> tuple[Op | ChoiceHead | None, int]:
     if kind is v2.RandomChoice:
         options = []
         for alt in op.transforms:
-            parts = list(flatten(alt))
+            parts = list(flatten(alt, v2.Compose))
             found, used = _geometric(parts, 0) if parts else (None, 0)
             if found is None or isinstance(found, ChoiceHead) or used != len(parts):
                 return None, 0
@@ -132,7 +123,7 @@ def _geometric(ops: list[Any], i: int) -> tuple[Op | ChoiceHead | None, int]:
 
 def split(transform: Callable[[Any], Any]) -> Split:
     """``transform`` cut into the fusable head and the tail (see the module's docstring)."""
-    ops = list(flatten(transform))
+    ops = list(flatten(transform, v2.Compose))
     i = 0
     while i < len(ops) and _is_noop(ops[i]):
         i += 1
@@ -149,4 +140,4 @@ def split(transform: Callable[[Any], Any]) -> Split:
     return Split(Head(op, tuple(flips)), adapt(ops[i:], Kind.TENSOR))
 
 
-__all__ = ["flatten", "op_name", "split"]
+__all__ = ["op_name", "split"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,4 +24,14 @@ class Split:
     library: str = "torchvision v2"
 
 
-__all__ = ["Split"]
+def flatten(transform: Callable[[Any], Any], compose: type) -> Iterator[Callable[[Any], Any]]:
+    """The ops of ``transform`` in order, nested ``compose`` pipelines (the library's
+    ``Compose`` class) flattened."""
+    if type(transform) is compose:
+        for t in transform.transforms:  # type: ignore[attr-defined]
+            yield from flatten(t, compose)
+    else:
+        yield transform
+
+
+__all__ = ["Split", "flatten"]

@@ -31,6 +31,7 @@ from typing import Any
 from PIL import Image, ImageOps
 from timm.data import auto_augment as aa
 from timm.data import transforms as tt
+from torchvision import transforms as T
 
 from loaders.recipe.geometry import Geometry, Size
 from loaders.recipe.imagetypes import (
@@ -42,8 +43,8 @@ from loaders.recipe.imagetypes import (
     register,
 )
 from loaders.recipe.libhead import LibOp, mode, stand_in
-from loaders.recipe.parts import Split
-from loaders.recipe.tv1 import as_hw, crop_on, flatten, plain_crop
+from loaders.recipe.parts import Split, flatten
+from loaders.recipe.tv1 import as_hw, crop_on, with_crop
 from loaders.recipe.tv1 import split as split_v1
 
 TIMM = "timm"
@@ -148,10 +149,7 @@ def match(ops: list[Any], i: int) -> tuple[LibOp | None, int]:
     if kind is tt.RandomResizedCropAndInterpolation:
         return ResizedCrop(op), 1
     if kind is tt.ResizeKeepRatio:
-        nxt = ops[i + 1] if i + 1 < len(ops) else None
-        if nxt is not None and plain_crop(nxt):
-            return ResizeKeepRatio(op, nxt), 2
-        return ResizeKeepRatio(op), 1
+        return with_crop(ops, i, ResizeKeepRatio)
     return None, 0
 
 
@@ -176,7 +174,7 @@ def posterize(img: Image.Image, bits_to_keep: int, **kw: Any) -> Image.Image:
 
 def _augment_ops(transform: Any) -> Iterator[Any]:
     """Every timm ``AugmentOp`` inside ``transform``'s auto-augment ops."""
-    for op in flatten(transform):
+    for op in flatten(transform, T.Compose):
         if isinstance(op, aa.RandAugment | aa.AugMixAugment):
             yield from op.ops
         elif isinstance(op, aa.AutoAugment):

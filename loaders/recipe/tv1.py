@@ -20,7 +20,7 @@ computes. Ops are matched by exact type.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,18 +29,9 @@ from torchvision import transforms as T
 from loaders.recipe.geometry import Geometry, Size, center_offset, resized_size
 from loaders.recipe.imagetypes import TO_UINT8, Kind, adapt, needs_pil, rule
 from loaders.recipe.libhead import LibHead, LibOp, mode, stand_in
-from loaders.recipe.parts import Split
+from loaders.recipe.parts import Split, flatten
 
 V1 = "torchvision v1"
-
-
-def flatten(transform: Callable[[Any], Any]) -> Iterator[Callable[[Any], Any]]:
-    """The ops of ``transform`` in order, nested ``transforms.Compose`` flattened."""
-    if type(transform) is T.Compose:
-        for t in transform.transforms:
-            yield from flatten(t)
-    else:
-        yield transform
 
 
 def as_hw(value: Any) -> Size:
@@ -150,16 +141,22 @@ def plain_crop(op: Any) -> bool:
     return type(op) is T.RandomCrop and op.padding is None and not op.pad_if_needed
 
 
+def with_crop(ops: list[Any], i: int, make: Any) -> tuple[LibOp, int]:
+    """``make(ops[i], crop)`` and 2 when a plain crop follows the resize at ``ops[i]``, else
+    ``make(ops[i])`` and 1: a resize and its crop are one region of the source."""
+    nxt = ops[i + 1] if i + 1 < len(ops) else None
+    if nxt is not None and plain_crop(nxt):
+        return make(ops[i], nxt), 2
+    return make(ops[i]), 1
+
+
 def match(ops: list[Any], i: int) -> tuple[LibOp | None, int]:
     """The fusable v1 geometric op at ``ops[i]`` and how many ops it takes (0: none)."""
     op, kind = ops[i], type(ops[i])
     if kind is T.RandomResizedCrop:
         return ResizedCrop(op), 1
     if kind is T.Resize:
-        nxt = ops[i + 1] if i + 1 < len(ops) else None
-        if nxt is not None and plain_crop(nxt):
-            return ResizeThenCrop(op, nxt), 2
-        return ResizeThenCrop(op), 1
+        return with_crop(ops, i, ResizeThenCrop)
     if plain_crop(op):
         return Crop(op), 1
     return None, 0
@@ -172,7 +169,7 @@ Matcher = Callable[[list[Any], int], tuple[LibOp | None, int]]
 def split(transform: Callable[[Any], Any], library: str = V1, matchers: tuple = ()) -> Split:
     """A v1 (or timm) pipeline cut into a :class:`LibHead` and the tail (see the module's
     docstring); ``matchers``: another library's fusable ops (timm's), tried before v1's."""
-    ops = list(flatten(transform))
+    ops = list(flatten(transform, T.Compose))
     kind = Kind.PIL if needs_pil(ops) else Kind.TENSOR
     i = 0
     while i < len(ops) and rule(ops[i]) is TO_UINT8:  # PILToTensor first: tensors from here
@@ -204,4 +201,4 @@ def converts_first(ops: list[Any]) -> bool:
     return not ops or (rule(ops[0]).makes is Kind.TENSOR and rule(ops[0]).on_tensor is not None)
 
 
-__all__ = ["V1", "as_hw", "crop_on", "flatten", "match", "plain_crop", "split"]
+__all__ = ["V1", "as_hw", "crop_on", "match", "plain_crop", "split", "with_crop"]

@@ -23,8 +23,8 @@ from torchvision.transforms.v2 import InterpolationMode
 import wdstool.format.decode as decode
 from loaders.pool import new_batch
 from loaders.recipe import Seeder, Where, build_recipe
-from loaders.recipe.fuse import flatten
 from loaders.recipe.geometry import Geometry, RandomResizedCropHead, resized_size
+from loaders.recipe.parts import flatten
 from tests.jpegs import KINDS, jpeg, noise
 from wdstool.base.errors import ConfigError
 from wdstool.format.decode import decode_rgb
@@ -71,7 +71,7 @@ def oracle(ops: list, img: torch.Tensor, g: Geometry) -> torch.Tensor:
             img = op.transform(img, {})
         elif kind is v2.RandomChoice:  # the option with the interpolation the head chose
             (chosen,) = [t for t in op.transforms if t.interpolation.value == g.interpolation]
-            img = oracle(list(flatten(chosen)), img, g)
+            img = oracle(list(flatten(chosen, v2.Compose)), img, g)
         elif (kind is v2.RandomHorizontalFlip and g.hflip) or (
             kind is v2.RandomVerticalFlip and g.vflip
         ):
