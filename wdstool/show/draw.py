@@ -4,9 +4,11 @@ Samples are drawn by a seeded generator: a shard in proportion to its samples (i
 without a manifest), then a byte offset uniform within it; the sample shown is the one that
 offset falls into (:class:`wdstool.show.walk.ShardWalker` finds it without reading the shard
 from its start), or the next one not shown yet. So a sample's chance is its share of its
-shard's bytes: samples with larger images are a little more likely. The same seed draws the
-same samples from a local copy and from S3. When the manifest counts no more samples than
-asked for, every sample is shown.
+shard's bytes: samples with larger images are a little more likely. (Where the sample before
+it ends with a large member, its image in webdataset's shards of samples without a caption,
+the next sample is shown instead: see walk.py.) The same seed draws the same samples from a
+local copy and from S3. When the manifest counts no more samples than asked for, every
+sample is shown.
 
 ``header_samples`` more samples feed the statistics: after each shown sample the next few are
 walked header by header, their image data skipped unread. Shards are read in parallel threads
