@@ -25,6 +25,10 @@ def upload_tree(s3_server, tree: Path, bucket: str, prefix: str) -> str:
 
 @pytest.fixture
 def odd_tree(tmp_path: Path) -> Path:
+    return make_odd_tree(tmp_path)
+
+
+def make_odd_tree(tmp_path: Path) -> Path:
     """Classes with nested folders, names that sort differently as paths and as strings,
     a big image (head+tail probe), a non-image, a file outside any class, a broken image."""
     from tests.conftest import jpeg_bytes
@@ -82,26 +86,3 @@ def test_missing_source_bucket_is_one_line(tmp_path: Path, s3_server) -> None:
     err = r.stderr.strip().splitlines()
     assert len(err) == 1 and "s3://no-such-bucket-here/images" in err[0], r.stderr
     assert not (tmp_path / "out").exists()
-
-
-def test_ray_engine_s3_to_s3_equals_local_pack(
-    odd_tree: Path, tmp_path: Path, s3_server, s3_bucket
-) -> None:
-    """The normal cluster case: SRC and DEST both on S3, probing and shards as Ray tasks."""
-    pytest.importorskip("ray", reason="the ray extra is not installed")
-    src = upload_tree(s3_server, odd_tree, s3_bucket, "raw")
-    dest = f"s3://{s3_bucket}/packed"
-    common = ["--max-count", "4", "--workers", "2", "--json"]
-    run_cli("pack", str(odd_tree), str(tmp_path / "ref"), *common)
-    env = {k: v for k, v in s3_server.env.items() if k != "AWS_ENDPOINT_URL"}
-    ep = ["--endpoint-url", s3_server.endpoint_url]
-    out = run_cli("pack", src, dest, *common, *ep, "--engine", "ray", env=env)
-    summary = json.loads(out.stdout)
-    assert summary["engine"] == "ray" and sum(summary["shards_per_node"].values()) == 5
-    fs = s3_server.client()
-    got = {
-        o["Key"][len("packed/") :]: fs.get_object(Bucket=s3_bucket, Key=o["Key"])["Body"].read()
-        for o in fs.list_objects_v2(Bucket=s3_bucket, Prefix="packed/")["Contents"]
-        if not o["Key"].startswith("packed/.")
-    }
-    assert got == dir_bytes(tmp_path / "ref")

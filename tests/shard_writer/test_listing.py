@@ -325,21 +325,3 @@ def test_kill_9_then_rerun_is_byte_identical(tmp_path_factory, run: int) -> None
     r = run_cli("pack", str(listing), str(dest), *args[:-1], "--json")
     assert json.loads(r.stdout)["samples"] == 300
     assert dir_bytes(dest) == dir_bytes(ref)
-
-
-@pytest.mark.slow
-def test_engine_ray_gives_the_local_bytes(tmp_path: Path) -> None:
-    pytest.importorskip("ray", reason="the ray extra is not installed")
-    rows = image_rows(tmp_path, 30, seed=11, labels=["u", "v"])
-    for i, r in enumerate(rows):
-        r.update(caption=f"c{i}", extra=i)
-    listing = write_listing(tmp_path / "l.parquet", rows)
-    args = ["--max-count", "4", "--workers", "2"]
-    run_cli("pack", str(listing), str(tmp_path / "local"), *args, "-q")
-    env = {"RAY_ADDRESS": "", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-    r = run_cli(
-        "pack", str(listing), str(tmp_path / "ray"), *args, "--engine", "ray", "--json", env=env
-    )
-    summary = json.loads(r.stdout)
-    assert summary["engine"] == "ray" and sum(summary["shards_per_node"].values()) == 8
-    assert dir_bytes(tmp_path / "ray") == dir_bytes(tmp_path / "local")

@@ -14,11 +14,15 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, dir_bytes, run_cli
+from tests.s3.test_pack_from_s3 import make_odd_tree, upload_tree
+from tests.shard_writer.test_listing import image_rows, write_listing
 
 # every Ray server a test starts stays on 127.0.0.1; Ray reads this when it is imported
 LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 os.environ.update(LOOPBACK)
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
+# Every test that starts Ray lives in this file: make test runs files on two processes
+# (pytest-xdist, --dist loadfile) and ray_processes() sees every Ray process on the machine
 pytestmark = pytest.mark.slow
 RAY_PROCS = ("raylet", "gcs_server", "ray::", "default_worker.py", "log_monitor.py", "monitor.py")
 
@@ -113,6 +117,45 @@ def test_local_ray_instance_gives_local_bytes_and_leaves_no_process(
     while (left := set(ray_processes()) - before) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not left, f"Ray processes outlived the pack: {ray_processes()}"
+
+
+# SRC a listing, and SRC and DEST on S3: the same bytes as --engine local (local Ray
+# instances, before the module's cluster starts)
+def test_a_listing_gives_the_local_bytes(tmp_path: Path) -> None:
+    rows = image_rows(tmp_path, 30, seed=11, labels=["u", "v"])
+    for i, r in enumerate(rows):
+        r.update(caption=f"c{i}", extra=i)
+    listing = write_listing(tmp_path / "l.parquet", rows)
+    args = ["--max-count", "4", "--workers", "2"]
+    run_cli("pack", str(listing), str(tmp_path / "local"), *args, "-q")
+    env = {"RAY_ADDRESS": "", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    r = run_cli(
+        "pack", str(listing), str(tmp_path / "ray"), *args, "--engine", "ray", "--json", env=env
+    )
+    summary = json.loads(r.stdout)
+    assert summary["engine"] == "ray" and sum(summary["shards_per_node"].values()) == 8
+    assert dir_bytes(tmp_path / "ray") == dir_bytes(tmp_path / "local")
+
+
+def test_s3_to_s3_equals_local_pack(tmp_path: Path, s3_server, s3_bucket) -> None:
+    """The normal cluster case: SRC and DEST both on S3, probing and shards as Ray tasks."""
+    odd_tree = make_odd_tree(tmp_path)
+    src = upload_tree(s3_server, odd_tree, s3_bucket, "raw")
+    dest = f"s3://{s3_bucket}/packed"
+    common = ["--max-count", "4", "--workers", "2", "--json"]
+    run_cli("pack", str(odd_tree), str(tmp_path / "ref"), *common)
+    env = {k: v for k, v in s3_server.env.items() if k != "AWS_ENDPOINT_URL"}
+    ep = ["--endpoint-url", s3_server.endpoint_url]
+    out = run_cli("pack", src, dest, *common, *ep, "--engine", "ray", env=env)
+    summary = json.loads(out.stdout)
+    assert summary["engine"] == "ray" and sum(summary["shards_per_node"].values()) == 5
+    fs = s3_server.client()
+    got = {
+        o["Key"][len("packed/") :]: fs.get_object(Bucket=s3_bucket, Key=o["Key"])["Body"].read()
+        for o in fs.list_objects_v2(Bucket=s3_bucket, Prefix="packed/")["Contents"]
+        if not o["Key"].startswith("packed/.")
+    }
+    assert got == dir_bytes(tmp_path / "ref")
 
 
 def test_two_node_cluster_with_relative_paths(
