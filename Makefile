@@ -33,8 +33,13 @@ demo: $(STAMP)
 	$(PY) -m wdstool verify $(DEMO_DIR)/shards
 	$(PY) examples/s3_demo.py $(DEMO_DIR)/images $(DEMO_DIR)/shards
 
+# The suite on TEST_WORKERS processes (pytest-xdist), a test file at a time in each: half its
+# serial time is spent waiting on subprocesses, servers and retries. Tests that look at every
+# process on the machine (Ray's) share one file. TEST_WORKERS=0 runs it in one process; the 30
+# slowest tests are listed at the end.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30
 
 # The documentation site (mkdocs.yml, docs/) into build/site/: --strict makes any warning fatal,
 # so a broken link or anchor, a page missing from the nav or an API reference that does not

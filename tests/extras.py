@@ -16,6 +16,7 @@ ENV = "WDSTOOL_MISSING_EXTRAS"
 MODULES = {
     "moto": ("moto", "moto.server"),
     "import-linter": ("importlinter",),
+    "pytest-xdist": ("xdist",),
     "scikit-image": ("skimage",),
     "scikit-learn": ("sklearn",),
     "torchdata": ("torchdata.stateful_dataloader",),
