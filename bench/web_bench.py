@@ -93,7 +93,9 @@ def _epochs(source: str, epochs: int, workers: int, url: str, **kw: Any) -> list
         for b in loader:
             if first is None:
                 first = time.perf_counter()
-                steps.append({"step": f"first batch of epoch {e}", "sent": sent()})
+                steps.append(
+                    {"step": f"first batch of epoch {e}", "sent": sent(), "t": time.time()}
+                )
             n += len(b["keys"])
             keys += b["keys"]
         end = time.perf_counter()
@@ -105,9 +107,17 @@ def _epochs(source: str, epochs: int, workers: int, url: str, **kw: Any) -> list
                 "samples_per_s": (n - 64) / (end - first) if first and end > first else 0.0,
                 "replaced": loader.num_replaced,
                 "keys": keys,
+                "t": time.time(),
             }
         )
     return steps
+
+
+def _tar_bytes_sent(url: str) -> int:
+    import urllib.request
+
+    with urllib.request.urlopen(url + "/__control__", timeout=30) as r:
+        return sum(n for p, n in json.loads(r.read())["sent"].items() if p.endswith(".tar"))
 
 
 def run_job() -> None:
@@ -237,30 +247,40 @@ def main() -> None:
         got: dict[str, Any] = {}
 
         def run() -> None:
-            got.update(_spawn(["epochs", srv.url, str(index), "1", "skip"])[-1])
+            steps = _spawn(["epochs", srv.url, str(index), "1", "skip"])
+            got.update(steps[-1], first_t=steps[-2]["t"])
 
+        before = _tar_bytes_sent(srv.url)
         worker = threading.Thread(target=run)
         worker.start()
         outages = []
-        time.sleep(3)  # the loader is built and reading
+        # the first outage once the loader reads (torch imported, loader built): 64 samples' bytes
+        sample_bytes = size / (args.shards * PER_SHARD)
+        deadline = time.time() + 120
+        while _tar_bytes_sent(srv.url) - before < 64 * sample_bytes and time.time() < deadline:
+            time.sleep(0.1)
         for _ in range(3):
             time.sleep(1)
             srv.stop()
             t = time.time()
             time.sleep(5)
             srv.start()
-            outages.append(time.time() - t)
+            outages.append((t, time.time()))
         worker.join()
         same = got.get("keys") == reference
+        # an outage counts only where it lies between the epoch's first batch and its end
+        inside = sum(got["first_t"] < a and b < got["t"] for a, b in outages)
+        lengths = [b - a for a, b in outages]
         report["outage"] = {
-            "outages_s": outages,
+            "outages_s": lengths,
+            "inside_epoch": inside,
             "same_epoch": same,
             "replaced": got.get("replaced"),
         }
         lines.append(
-            f"- **outage** (server killed for {statistics.mean(outages):.1f} s, 3 times, during an "
-            f"epoch): the same epoch as without: **{same}**; samples replaced: "
-            f"**{got.get('replaced')}**"
+            f"- **outage** (server killed for {statistics.mean(lengths):.1f} s, 3 times; "
+            f"{inside} of them between the epoch's first batch and its end): the same epoch as "
+            f"without: **{same}**; samples replaced: **{got.get('replaced')}**"
         )
     print("\n".join(lines))
     if args.out:
