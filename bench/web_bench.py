@@ -65,13 +65,19 @@ def pattern(shards: int) -> str:
     return f"part-{{000000..{shards - 1:06d}}}.tar"
 
 
-def _epochs(source: str, epochs: int, workers: int, url: str, **kw: Any) -> list[dict]:
-    """make_loader over ``source``, ``epochs`` epochs; the server's bytes at each step."""
+def _epochs(
+    source: str, epochs: int, workers: int, url: str, sync: Any = None, **kw: Any
+) -> list[dict]:
+    """make_loader over ``source``, ``epochs`` epochs; the server's bytes at each step. ``sync``
+    (a barrier) runs before each count, so that no rank is a step ahead of the others."""
     from loaders import make_loader
     from tests.webserver import WebServer  # noqa: F401 - the control path
 
     def sent() -> int:
         import urllib.request
+
+        if sync is not None:
+            sync()
 
         for _ in range(60):  # the server may be down (the outage run): its counters restart
             try:
@@ -126,7 +132,7 @@ def run_job() -> None:
 
     dist.init_process_group("gloo")
     url, source = sys.argv[2], sys.argv[3]
-    steps = _epochs(source, 2, 2, url)
+    steps = _epochs(source, 2, 2, url, sync=dist.barrier)
     for s in steps:
         s.pop("keys", None)
     if dist.get_rank() == 0:
