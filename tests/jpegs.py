@@ -36,3 +36,13 @@ def jpeg(w: int, h: int, kind: str, seed: int = 0, quality: int = 90) -> bytes:
     buf = io.BytesIO()
     img.save(buf, "JPEG", quality=quality, **KINDS[kind])
     return buf.getvalue()
+
+
+def image_matrix(sizes: tuple[tuple[int, int], ...]) -> list[bytes]:
+    """Every JPEG kind at every size (kind by kind), then a PNG and a lossless WebP."""
+    out = [jpeg(w, h, kind, seed=w + h) for kind in sorted(KINDS) for w, h in sizes]
+    for fmt in ("PNG", "WEBP"):
+        buf = io.BytesIO()
+        noise(53, 38, 3).save(buf, fmt, **({"lossless": True} if fmt == "WEBP" else {}))
+        out.append(buf.getvalue())
+    return out

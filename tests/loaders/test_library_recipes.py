@@ -9,7 +9,6 @@ draws are the library's own, made in the library's order.
 
 from __future__ import annotations
 
-import io
 import random
 
 import albumentations as A
@@ -30,7 +29,7 @@ from loaders.recipe import Seeder, Where, build_recipe
 from loaders.recipe.albu import sample_seed, seed_compose
 from loaders.recipe.imagetypes import Kind, as_tensor, to_hwc, to_pil
 from loaders.recipe.timm_ops import pillow_refuses_zero_bits, with_posterize_fix
-from tests.jpegs import KINDS, jpeg, noise
+from tests.jpegs import image_matrix
 from wdstool.base.errors import ConfigError
 from wdstool.format.decode import decode_rgb
 
@@ -40,20 +39,7 @@ MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 IM = T.InterpolationMode
 
 
-def _images() -> list[bytes]:
-    out = [
-        jpeg(w, h, kind, seed=w + h)
-        for kind in sorted(KINDS)
-        for w, h in ((67, 45), (40, 71), (150, 112))
-    ]
-    for fmt in ("PNG", "WEBP"):
-        buf = io.BytesIO()
-        noise(53, 38, 3).save(buf, fmt, **({"lossless": True} if fmt == "WEBP" else {}))
-        out.append(buf.getvalue())
-    return out
-
-
-IMAGES = _images()
+IMAGES = image_matrix(((67, 45), (40, 71), (150, 112)))
 
 V1 = {
     "tutorial": T.Compose(

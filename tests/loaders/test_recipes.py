@@ -25,7 +25,7 @@ from loaders.pool import new_batch
 from loaders.recipe import Seeder, Where, build_recipe
 from loaders.recipe.geometry import Geometry, RandomResizedCropHead, resized_size
 from loaders.recipe.parts import flatten
-from tests.jpegs import KINDS, jpeg, noise
+from tests.jpegs import image_matrix
 from wdstool.base.errors import ConfigError
 from wdstool.format.decode import decode_rgb
 
@@ -79,16 +79,7 @@ def oracle(ops: list, img: torch.Tensor, g: Geometry) -> torch.Tensor:
     return img
 
 
-def _images() -> list[bytes]:
-    out = [jpeg(w, h, kind, seed=w + h) for kind in sorted(KINDS) for w, h in ((67, 45), (40, 71))]
-    for fmt in ("PNG", "WEBP"):
-        buf = io.BytesIO()
-        noise(53, 38, 3).save(buf, fmt, **({"lossless": True} if fmt == "WEBP" else {}))
-        out.append(buf.getvalue())
-    return out
-
-
-IMAGES = _images()
+IMAGES = image_matrix(((67, 45), (40, 71)))
 
 
 @needs_ext
