@@ -67,7 +67,7 @@ class Store:
         self.opens: list[tuple[int, str | None]] = []
         self.bodies: list[Body] = []
 
-    def open(self, offset: int, version: str | None) -> Opened:
+    def open(self, offset: int, version: str | None, end: int | None = None) -> Opened:
         self.opens.append((offset, version))
         fault = self.faults.pop(0) if self.faults else None
         if isinstance(fault, BaseException):

@@ -20,7 +20,7 @@ class Opened:
     version: str | None  # ETag or similar; a resumed read must see the same one
 
 
-# (offset, version[, end=...]) -> an open body at offset (up to end, where given)
-Opener = Callable[..., Opened]
+# (offset, version, end) -> an open body at offset (up to end, where not None)
+Opener = Callable[[int, str | None, int | None], Opened]
 
 __all__ = ["Body", "Opened", "Opener"]

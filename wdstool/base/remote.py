@@ -180,10 +180,7 @@ class RangeReader(io.RawIOBase):
     def _ensure_open(self) -> None:
         if self._body is not None:
             return
-        if self._limit is not None:
-            opened = self._opener(self._pos, self._version, end=self._limit)
-        else:
-            opened = self._opener(self._pos, self._version)
+        opened = self._opener(self._pos, self._version, self._limit)
         self.stats["requests"] = self.stats.get("requests", 0) + 1
         self._body = opened.body
         if self._version is None:

@@ -15,10 +15,10 @@ import threading
 from typing import Any
 
 from wdstool.base.credentials import redact
-from wdstool.base.errors import StorageError
+from wdstool.base.errors import ShardError, StorageError
 from wdstool.base.retry import DEFAULT_RETRY, RetryPolicy, describe, error_code
 from wdstool.base.urls import is_remote, is_s3, local_path, split_s3
-from wdstool.base.web import is_web
+from wdstool.base.web import is_web, read_web
 
 
 def s3_client(storage_options: dict[str, Any] | None = None):
@@ -159,9 +159,6 @@ def read_object(
         except OSError as exc:
             raise StorageError(f"{url}: cannot read: {exc.strerror or exc}") from None
     if is_web(url):
-        from wdstool.base.errors import ShardError
-        from wdstool.base.web import read_web  # web imports retry, never s3: no cycle
-
         try:
             return read_web(url, storage_options, retry=retry)
         except ShardError as exc:  # 404 is "none there"; 416 etc. cannot happen on a whole read
