@@ -25,9 +25,8 @@ from wdstool.base.params import parse_size
 from wdstool.base.remote import open_shard
 from wdstool.base.retry import DEFAULT_RETRY, RetryPolicy
 from wdstool.base.urls import is_remote
-from wdstool.format.indexes import find_index, index_for
-from wdstool.format.manifest import Manifest, ManifestNotFound, resolve_shard_url
-from wdstool.format.shardlist import expand, is_pattern, tars_in
+from wdstool.format.indexes import index_or_shards
+from wdstool.format.manifest import Manifest, resolve_shard_url
 
 log = logging.getLogger(__name__)
 
@@ -100,20 +99,9 @@ def resolve_source(
     source = os.fspath(source)
     if not source:
         raise ConfigError("empty dataset source")
-    access = access or ShardAccess(storage_options=storage_options)
-    if is_pattern(source):
-        urls = expand(source)
-        listed = index_for(urls, storage_options)
-        if listed is not None:
-            return _from_manifest(listed, "")
-        return _scanned(urls, access, skip_damaged)
-    try:
-        manifest, base = find_index(source, storage_options)
-    except ManifestNotFound:
-        shards = tars_in(source, storage_options)
-        if not shards:
-            raise
-        return _scanned(shards, access, skip_damaged)
+    manifest, base, urls = index_or_shards(source, storage_options)
+    if manifest is None:
+        return _scanned(urls, access or ShardAccess(storage_options=storage_options), skip_damaged)
     if not manifest.shards:
         raise ShardError(f"{source}: the manifest lists no shards")
     return _from_manifest(manifest, base)

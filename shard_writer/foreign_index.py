@@ -24,47 +24,35 @@ from typing import Any
 from shard_writer.dest import Destination
 from wdstool.base.errors import InputError, ShardError, StorageError
 from wdstool.base.remote import open_shard
-from wdstool.format.indexes import find_index, index_for
+from wdstool.format.indexes import index_or_shards
 from wdstool.format.manifest import Manifest, ManifestNotFound, ShardEntry, resolve_shard_url
-from wdstool.format.shardlist import expand, is_pattern, tars_in
+from wdstool.format.shardlist import expand, is_pattern
 from wdstool.format.tar_index import ShardScan, scan_shard
 
 
 def shards_of(source: str, storage_options: dict[str, Any] | None) -> list[str]:
     """The shard URLs a SOURCE names; InputError where it names none."""
     if is_pattern(source):
-        return expand(source)
+        return expand(source)  # an index beside them is not needed: they are scanned
     try:
-        manifest, base = find_index(source, storage_options)
+        manifest, base, urls = index_or_shards(source, storage_options)
     except ManifestNotFound:
-        urls = tars_in(source, storage_options)
-        if not urls:
-            raise InputError(f"{source}: no index and no .tar shards there") from None
-        return urls
+        raise InputError(f"{source}: no index and no .tar shards there") from None
     except (ShardError, StorageError) as exc:
         raise InputError(exc.message) from None
-    return [resolve_shard_url(base, s.url) for s in manifest.shards]
+    return urls if manifest is None else [resolve_shard_url(base, s.url) for s in manifest.shards]
 
 
 def dataset_of(
     source: str, storage_options: dict[str, Any] | None = None, *, count: bool = True
 ) -> tuple[Manifest, str]:
     """What ``inspect`` and ``verify`` read of any SOURCE: its index (ours, wids', timm's; for
-    shards named by a pattern or a folder of ``.tar`` files, one beside them that lists them)
-    and the URL its names are relative to; without one, its shards with their counts from a
-    header scan (``count``), or unknown (-1: ``verify`` counts them as it reads them)."""
-    if not is_pattern(source):
-        try:
-            return find_index(source, storage_options)
-        except ManifestNotFound:
-            urls = tars_in(source, storage_options)
-            if not urls:
-                raise
-    else:
-        urls = expand(source)
-    listed = index_for(urls, storage_options)
-    if listed is not None:
-        return listed, ""
+    shards named by a pattern, one beside them that lists them) and the URL its names are
+    relative to; without one, its shards with their counts from a header scan (``count``), or
+    unknown (-1: ``verify`` counts them as it reads them)."""
+    manifest, base, urls = index_or_shards(source, storage_options)
+    if manifest is not None:
+        return manifest, base
     if not count:
         return Manifest(shards=tuple(ShardEntry(u, -1, -1, "") for u in urls)), ""
     scans = _scan(urls, storage_options, 8, None)

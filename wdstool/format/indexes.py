@@ -29,6 +29,7 @@ from wdstool.format.manifest import (
     manifest_from_json,
     resolve_shard_url,
 )
+from wdstool.format.shardlist import expand, is_pattern, tars_in
 
 INDEX_NAMES = (MANIFEST_NAME, "_info.json", "info.json")
 
@@ -148,4 +149,32 @@ def index_for(urls: list[str], storage_options: dict[str, Any] | None = None) ->
     return None
 
 
-__all__ = ["INDEX_NAMES", "find_index", "index_for", "parse_index", "split_fragment"]
+def index_or_shards(
+    source: str, storage_options: dict[str, Any] | None = None
+) -> tuple[Manifest | None, str, list[str]]:
+    """What a SOURCE names: (its index, the URL its names are relative to, []) where it has
+    one (for a brace pattern, an index in the shards' folder that lists them all), else (None,
+    "", its shard URLs: the pattern's, or the ``.tar`` files of a folder or prefix) to count by
+    a header scan. ManifestNotFound where it names neither."""
+    if is_pattern(source):
+        urls = expand(source)
+        listed = index_for(urls, storage_options)
+        return (listed, "", []) if listed is not None else (None, "", urls)
+    try:
+        manifest, base = find_index(source, storage_options)
+    except ManifestNotFound:
+        urls = tars_in(source, storage_options)
+        if not urls:
+            raise
+        return None, "", urls  # their folder was searched for an index already
+    return manifest, base, []
+
+
+__all__ = [
+    "INDEX_NAMES",
+    "find_index",
+    "index_for",
+    "index_or_shards",
+    "parse_index",
+    "split_fragment",
+]
