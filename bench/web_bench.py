@@ -71,19 +71,13 @@ def _epochs(
     """make_loader over ``source``, ``epochs`` epochs; the server's bytes at each step. ``sync``
     (a barrier) runs before each count, so that no rank is a step ahead of the others."""
     from loaders import make_loader
-    from tests.webserver import WebServer  # noqa: F401 - the control path
 
     def sent() -> int:
-        import urllib.request
-
         if sync is not None:
             sync()
-
         for _ in range(60):  # the server may be down (the outage run): its counters restart
             try:
-                with urllib.request.urlopen(url + "/__control__", timeout=30) as r:
-                    live = json.loads(r.read())["sent"]
-                return sum(n for p, n in live.items() if p.endswith(".tar"))
+                return _tar_bytes_sent(url)
             except OSError:
                 time.sleep(0.5)
         raise SystemExit(f"{url}: the server's counters cannot be read")
@@ -120,9 +114,12 @@ def _epochs(
 
 
 def _tar_bytes_sent(url: str) -> int:
+    """The shard bytes the server at ``url`` sent since it (re)started."""
     import urllib.request
 
-    with urllib.request.urlopen(url + "/__control__", timeout=30) as r:
+    from tests.webserver import CONTROL
+
+    with urllib.request.urlopen(url + CONTROL, timeout=30) as r:
         return sum(n for p, n in json.loads(r.read())["sent"].items() if p.endswith(".tar"))
 
 
