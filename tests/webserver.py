@@ -27,6 +27,7 @@ import contextlib
 import email.utils
 import hashlib
 import http.server
+import inspect
 import json
 import os
 import signal
@@ -38,6 +39,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 HOST = "127.0.0.1"
 HUB = "/datasets/"
@@ -316,24 +318,12 @@ class _ControlHandler(_Handler):
 class WebServer:
     """The server (see the module's docstring), run by ``python -m tests.webserver``."""
 
-    def __init__(
-        self,
-        root: Path,
-        *,
-        ranges: bool = True,
-        token: str | None = None,
-        faults: Iterable[str] = (),
-        stall_s: float = 3.0,
-        rate: float = 0.0,
-    ) -> None:
+    def __init__(self, root: Path, **options: Any) -> None:
+        """``options``: the server process's (:class:`_Server`: ``ranges``, ``token``,
+        ``faults``, ``stall_s``, ``rate``), checked here rather than in the process."""
+        inspect.signature(_Server).bind(root, **options)
         self.root = Path(root)
-        self.config = {
-            "ranges": ranges,
-            "token": token,
-            "faults": list(faults),
-            "stall_s": stall_s,
-            "rate": rate,
-        }
+        self.config = {**options, "faults": list(options.get("faults", ()))}
         self.port = 0
         self._proc: subprocess.Popen | None = None
         self._past = {"sent": Counter(), "requests": [], "injected": Counter()}
