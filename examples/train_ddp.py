@@ -313,11 +313,12 @@ def main() -> None:
         model.train()
         keys: list[str] = []
         losses: list[float] = []
-        wait = step_time = 0.0
+        wait = step_time = epoch_wait = 0.0
         t_end = time.perf_counter()
         for step, batch in enumerate(loader, start=first_step):
             t_data = time.perf_counter()
             wait += t_data - t_end
+            epoch_wait += t_data - t_end
             y = batch["labels"].to(device, non_blocking=True)
             # decoded, augmented and normalized on the device, or pixels from the workers
             x = decoder(batch) if decoder is not None else to_device(batch, device)
@@ -349,17 +350,21 @@ def main() -> None:
                 wait = step_time = 0.0
         mean = torch.tensor([sum(losses), len(losses)], dtype=torch.float64)
         dist.all_reduce(mean)
+        stats = loader.stats()  # what the loader measured over this epoch, on this rank
         if rank == 0:
             print(
                 f"epoch {epoch}: mean loss {mean[0] / mean[1]:.4f} over {len(losses)} steps per rank",
                 flush=True,
             )
+            print(f"epoch {epoch} loader: {loader.diagnose('epoch')}", flush=True)
         entry = {
             "epoch": epoch,
             "steps": len(losses),
             "keys": keys,
             "losses": losses,
             "replaced": loader.num_replaced,
+            "wait_s": epoch_wait,  # the loop's own clock around next(), for the loader's
+            "loader": stats.as_dict(),
         }
         if val_loader is not None:
             correct, total, val_keys = evaluate(model.module, val_loader, device, cuda)

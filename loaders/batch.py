@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import logging
 import random
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import torch
 
 from loaders.delivery import BatchMeta, Decoded, Delivery, Slot
+from loaders.monitor.clock import WorkerClock
 from loaders.plan import WorkerPlan
 from loaders.pool import BufferPool, new_batch
 from loaders.read import Located
@@ -25,6 +27,7 @@ from loaders.recipe import Recipe, Seeder, Where, check_output, to_row
 from loaders.recipe.normalize import normalize, normalize_into
 from loaders.recipe.views import run_views
 from loaders.schema import FieldBatcher, SampleSchema
+from wdstool.base import counters
 from wdstool.base.errors import SampleError, ShardError, WdsToolError
 from wdstool.format.fields import FieldError
 from wdstool.format.images import IMAGE_ORDER
@@ -45,6 +48,7 @@ class DecodeSpec:
     schemas: tuple[SampleSchema, ...] = (SampleSchema(),)  # per source: label, extra fields
     source_ids: tuple[int, ...] | None = None  # batches carry "source": source_ids[i] for i
     with_valid: bool = False  # batches carry "valid" (uneven="mask"): False for padding
+    stats: bool = True  # stage clocks on (loaders.monitor.clock)
 
     @property
     def recipe(self) -> Recipe:
@@ -97,6 +101,12 @@ class BatchAssembler:
         self.replaced_from: dict[str, int] = {}  # shard URL -> samples replaced, this batch
         self.replaced_why: dict[str, str] = {}  # shard URL -> why (the first reason)
         self._seeder = Seeder(spec.where, any(r.opaque for r in spec.recipes))
+        counters.enabled = spec.stats
+        self.clock = (
+            WorkerClock(thread=spec.where is Where.THREAD, handoff=spec.where is not Where.MAIN)
+            if spec.stats
+            else None
+        )
         # per view, what every output must be, once known
         self._shapes: list[tuple[Any, ...] | None] = [None] * len(spec.recipes)
         self._fields = FieldBatcher()
@@ -193,11 +203,26 @@ class BatchAssembler:
         replacement is not ``valid`` (it repeats another sample)."""
         last_good: Located | None = None
         pending = 0
-        for loc in samples:
+        clock, now = self.clock, time.perf_counter
+        it = iter(samples)
+        while True:
+            if clock is not None:
+                t0 = now()
+                loc = next(it, None)
+                clock.read += now() - t0
+            else:
+                loc = next(it, None)
+            if loc is None:
+                break
             if loc.sample is not None:
                 self.bytes_read += sum(len(v) for v in loc.sample.parts.values())
             try:
-                out = self._decode(loc)
+                if clock is not None:
+                    t0 = now()
+                    out = self._decode(loc)
+                    clock.sample += now() - t0
+                else:
+                    out = self._decode(loc)
                 last_good = loc
             except SampleError as exc:
                 if self.spec.on_error != "skip":
@@ -244,7 +269,18 @@ class BatchAssembler:
             else:
                 out_batch = {"pixel_values": out.send(pixels[0])}
             meta.into(out_batch, labels)
-            yield self._delivery(out_batch, out.slot, before, bytes_before)
+            yield from self._handoff(self._delivery(out_batch, out.slot, before, bytes_before), n)
+
+    def _handoff(self, delivery: Delivery, n: int) -> Iterator[Delivery]:
+        """Yield ``delivery`` with the clock's report of the ``n`` samples it holds; the time
+        until the stream is resumed is the hand-off's."""
+        if self.clock is None:
+            yield delivery
+            return
+        delivery.stats = self.clock.report(n)
+        t0 = time.perf_counter()
+        yield delivery
+        self.clock.suspended(time.perf_counter() - t0)
 
     def _delivery(self, batch: dict[str, Any], slot: int, before: int, nbytes: int) -> Delivery:
         """``batch`` with what this worker counted since ``before`` replaced samples and
@@ -336,4 +372,4 @@ class BatchAssembler:
                 "geometry": torch.tensor(rows, dtype=torch.int64).reshape(n, -1),
             }
             meta.into(out, meta.labels)
-            yield self._delivery(out, -1, before, bytes_before)
+            yield from self._handoff(self._delivery(out, -1, before, bytes_before), n)

@@ -32,6 +32,7 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
+from wdstool.base import counters
 from wdstool.base.errors import StorageError
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,7 @@ class ShardCache:
         """Read ``url`` through the cache: a local file on a hit; otherwise ``remote`` (a reader
         of the whole object from byte 0), teed into the cache when this reader may fill it."""
         hit = self.lookup(url, version, size)
+        counters.count("cache_hits" if hit is not None else "cache_misses")
         if hit is not None:
             remote.close()
             return open(hit, "rb", buffering=1 << 20)
@@ -155,6 +157,7 @@ class ShardCache:
                     os.unlink(path)
                     total -= size
                     freed += size
+                    counters.count("cache_evictions")
             return freed
 
     def _remove_stale_parts(self) -> None:

@@ -93,6 +93,7 @@ class LoaderConfig:
     epoch: EpochSpec = field(default_factory=EpochSpec)
     workers: WorkerSettings = field(default_factory=WorkerSettings)
     batch: BatchSettings = field(default_factory=BatchSettings)
+    stats: bool = True  # the stage clocks and per-batch records of loader.stats()
 
 
 __all__ = ["BatchSettings", "LoaderConfig", "OnError", "Output", "WorkerMode", "WorkerSettings"]

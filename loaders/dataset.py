@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
@@ -92,10 +92,13 @@ class ShardStreamDataset(IterableDataset):
         epoch_size: int | None = None,
         repeats: int = 1,
         with_source: bool = False,
+        max_workers: int = 0,
     ) -> None:
         """``recipes``: what turns each image into the batch's pixels, per epoch and view
         (default: the built-in train recipe); ``epoch_size`` and ``repeats``: the mixture's
-        (``loaders.plan.mixture``); ``topology``: this rank and its worker count."""
+        (``loaders.plan.mixture``); ``topology``: this rank and its worker count;
+        ``max_workers``: the most workers it may be given later (``reconfigure``: the batch
+        buffers are laid out for them)."""
         self.sources = tuple(sources)
         self.config = config
         self.topology = topology
@@ -111,19 +114,22 @@ class ShardStreamDataset(IterableDataset):
         # shared with (persistent) workers: [epoch]
         self._shared = mp.get_context().RawArray("q", 1)
         # batch buffer slots per worker, one flag byte each (loaders.pool: FREE, OUT, HELD)
-        streams = topology.streams
+        streams = max(topology.streams, max_workers)
         self._pool_flags = mp.get_context().RawArray("b", streams * POOL_SLOTS)
         # batch buffers the main process owns and the workers write (see SharedPool)
         self._shared_pool: SharedPool | None = None
         self._pools: dict[int, BufferPool] = {}
         sizes = recipes.largest()  # sized once, for the largest of a size schedule
         output = config.batch.output
-        if topology.num_workers > 0 and None not in sizes and output != Output.ENCODED:
-            dtype = torch.float32 if output == Output.FLOAT else torch.uint8
+        dtype = torch.float32 if output == Output.FLOAT else torch.uint8
+        self._batch_nbytes = (
+            batch_bytes(config.epoch.batch_size, sizes, dtype)  # type: ignore[arg-type]
+            if None not in sizes and output != Output.ENCODED
+            else 0
+        )
+        if topology.num_workers > 0 and self._batch_nbytes:
             self._shared_pool = SharedPool(
-                streams * POOL_SLOTS,
-                batch_bytes(config.epoch.batch_size, sizes, dtype),  # type: ignore[arg-type]
-                self._pool_flags,
+                streams * POOL_SLOTS, self._batch_nbytes, self._pool_flags
             )
         # set by StreamingLoader.load_state_dict before workers start
         self.resume: Resume | None = None
@@ -136,6 +142,23 @@ class ShardStreamDataset(IterableDataset):
             uneven=spec.uneven,
             drop_last=spec.drop_last,
         )
+
+    def batch_nbytes(self) -> int:
+        """Bytes of one batch's pixels (0 where the size is not known ahead)."""
+        return self._batch_nbytes
+
+    def reconfigure(self, num_workers: int, prefetch_factor: int) -> None:
+        """Plan the next pass for ``num_workers`` workers with ``prefetch_factor`` (between
+        passes; the batch buffers were laid out for them: ``max_workers``)."""
+        if num_workers * POOL_SLOTS > len(self._pool_flags):
+            raise ConfigError(f"internal error: no batch buffers for {num_workers} workers")
+        self.topology = replace(self.topology, num_workers=num_workers)
+        workers = replace(
+            self.config.workers, num_workers=num_workers, prefetch_factor=prefetch_factor
+        )
+        self.config = replace(self.config, workers=workers)
+        self._pools = {}
+        self._resumed_plan = None
 
     def describe(self) -> str:
         """One line for the log: what an epoch holds, where it runs, and the recipe."""
@@ -264,6 +287,7 @@ class ShardStreamDataset(IterableDataset):
                 schemas=tuple(s.schema for s in sources),
                 source_ids=ids if self.with_source else None,
                 with_valid=spec.uneven is Uneven.MASK,
+                stats=self.config.stats,
             ),
             f"aug:{spec.seed}:{self.epoch}",
             shared=pooled and in_worker,

@@ -30,7 +30,8 @@ class Delivery:
     """What a worker hands the loader for one batch: the batch as the user sees it (only its
     documented keys; tensors of a pool slot travel as coordinates) and the bookkeeping: the
     pool ``slot`` it lies in (-1: none), samples ``replaced``, the shards they came from and why
-    (the first reason per shard), the compressed bytes read."""
+    (the first reason per shard), the compressed bytes read, and where the worker's time went
+    since its previous batch (``loaders.monitor.clock``)."""
 
     batch: dict[str, Any]
     slot: int = -1
@@ -38,6 +39,7 @@ class Delivery:
     replaced_from: dict[str, int] = field(default_factory=dict)
     nbytes: int = 0
     replaced_why: dict[str, str] = field(default_factory=dict)
+    stats: dict[str, float] | None = None  # the worker's clock since its last batch
 
     def pin_memory(self, device: Any = None) -> Delivery:
         """What torch's pin-memory thread calls: the batch's tensors copied to pinned memory

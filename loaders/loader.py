@@ -7,12 +7,15 @@ buffers, accounts for replaced samples (``max_replaced``), and saves and restore
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import math
 import signal
+import time
 import weakref
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -21,11 +24,14 @@ from torch.utils.data import DataLoader
 from loaders.config import LoaderConfig, WorkerMode
 from loaders.dataset import ShardStreamDataset
 from loaders.delivery import Delivery
+from loaders.monitor.stats import Meter
 from loaders.pool import Packed, Pooled
 from loaders.recipe import Recipe
 from loaders.state import restore_state, save_state
 from loaders.threads import ThreadedBatches
 from loaders.topology import Topology, check_topology
+from loaders.watching import Watching, ready_probe
+from wdstool.base import counters
 from wdstool.base.errors import ShardError
 
 log = logging.getLogger(__name__)
@@ -43,7 +49,7 @@ def _worker_init(_worker_id: int) -> None:
     gc.freeze()
 
 
-class StreamingLoader:
+class StreamingLoader(Watching):
     """What ``make_loader`` returns: iterate it for batches; ``set_epoch`` before each epoch.
 
     ``state_dict()`` / ``load_state_dict(state)`` resume an epoch exactly where it stopped, on
@@ -76,6 +82,10 @@ class StreamingLoader:
         self.buffers_returned = 0  # batch buffers handed back to workers for reuse
         self.batches_delivered = 0  # in the current pass over the loader
         self.bytes_read = 0  # compressed bytes of the samples delivered (all epochs)
+        self.meter: Meter | None = Meter() if dataset.config.stats else None
+        self.exporters: list[Any] = []  # loaders.monitor.exporters: called as batches go by
+        self._live: Any = None  # the DataLoader iterator of the pass running
+        self.autotuner: Any = None  # loaders.monitor.autotune.Autotuner, for "auto" settings
 
     @classmethod
     def start(cls, dataset: ShardStreamDataset, *, detected: bool = False) -> StreamingLoader:
@@ -115,6 +125,8 @@ class StreamingLoader:
     def set_epoch(self, epoch: int) -> None:
         """Reshuffle for ``epoch``: the same (seed, epoch, topology) gives the same order."""
         if epoch != self.dataset.epoch:
+            if self.autotuner is not None:
+                self.autotuner.epoch_end(self)
             self.batches_delivered = 0
         self.dataset.set_epoch(epoch)
 
@@ -152,6 +164,11 @@ class StreamingLoader:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         """This rank's batches of the current epoch (the rest of it after a resume): each one
         unwrapped from the worker's delivery, counted, pinned, yielded."""
+        asked = time.perf_counter()  # the first next(): workers start, shards open
+        meter = self.meter
+        if meter is not None:  # what this process read before (the index) is not the pass's
+            counters.forget(events=True)
+            meter.new_epoch()
         if self._detected:
             check_topology(self.topology)
         self._started = True
@@ -161,11 +178,29 @@ class StreamingLoader:
         self._recycle(-1, [])  # batches of the last pass dropped since
         expected = self.dataset.remaining_batches()
         budget = self._budget()
-        for delivery in self.dataloader:
-            batch = self._unwrap(delivery)
-            self._count(delivery, budget)
-            self.batches_delivered += 1
-            yield batch
+        meter = self.meter
+        it = self._live = iter(self.dataloader)
+        ready = ready_probe(it, self.dataloader, self.config.workers)
+        try:
+            while True:
+                waiting = ready() if meter is not None else 0.0
+                delivery = next(it, None)
+                if delivery is None:
+                    break
+                batch = self._unwrap(delivery)
+                self._count(delivery, budget)
+                self.batches_delivered += 1
+                if meter is not None:
+                    n = len(batch["keys"])
+                    meter.got(asked, n, waiting, delivery.stats, delivery.replaced)
+                    self._watch()
+                    meter.yielded()
+                yield batch
+                asked = time.perf_counter()
+        finally:
+            self._live = None
+            if meter is not None:
+                meter.paused()
         if self.batches_delivered != expected:
             raise RuntimeError(
                 f"internal error: delivered {self.batches_delivered} batches, planned {expected}"
@@ -178,6 +213,30 @@ class StreamingLoader:
                 sum(self.replaced_from.values()),
                 _where(self.replaced_from, self.replaced_why),
             )
+        if meter is not None:  # the last next(), which ends the pass
+            meter.ended(time.perf_counter() - asked)
+
+    def reconfigure(self, num_workers: int, prefetch_factor: int) -> None:
+        """What the autotuner changes: with decode threads, how many decode at once and the
+        depth of their queues, at once (the plan keeps its streams); with worker processes,
+        the workers and prefetch of the next pass (planned for the new count; the persistent
+        workers of the last one are shut down)."""
+        w = self.config.workers
+        if isinstance(self.dataloader, ThreadedBatches):
+            self.dataloader.gate.set_limit(num_workers)
+            self.dataloader.set_prefetch(prefetch_factor)
+            self.dataset.config = replace(
+                self.config, workers=replace(w, prefetch_factor=prefetch_factor)
+            )
+            return
+        if self._dataloader_kwargs is None or not w.num_workers or not num_workers:
+            return
+        old = getattr(self.dataloader, "_iterator", None)
+        if old is not None and hasattr(old, "_shutdown_workers"):
+            old._shutdown_workers()
+        self.dataset.reconfigure(num_workers, prefetch_factor)
+        self._dataloader_kwargs.update(num_workers=num_workers, prefetch_factor=prefetch_factor)
+        self.dataloader = DataLoader(self.dataset, **self._dataloader_kwargs)
 
     def _count(self, d: Delivery, budget: int | None) -> None:
         """Add a delivery's bookkeeping: replaced samples (against ``budget``, the epoch's
@@ -262,6 +321,10 @@ class StreamingLoader:
         """Continue the epoch ``state`` was saved in; call before iterating (or between passes).
         Raises ConfigError for a state of another data set, another version, or other shuffle
         settings."""
+        if self.autotuner is not None and isinstance(state, dict) and state.get("segments"):
+            # a malformed state: restore_state names what is wrong with it
+            with contextlib.suppress(KeyError, TypeError, ValueError, IndexError):
+                self.autotuner.adopt(self, int(state["segments"][-1]["num_workers"]))
         restore_state(self.dataset, state)
         self.batches_delivered = 0
         if self._started and self._dataloader_kwargs is not None:

@@ -17,13 +17,17 @@ from loaders.config import BatchSettings, LoaderConfig, WorkerSettings
 from loaders.dataset import ShardStreamDataset
 from loaders.loader import StreamingLoader
 from loaders.mixing import SourceArg, loader_sources
+from loaders.monitor.autotune import WORKER_ESTIMATE, AutoSpec, Autotuner
+from loaders.monitor.exporters import LogExporter
+from loaders.monitor.memory import host_total, owned_memory
 from loaders.plan import EpochSpec
 from loaders.recipe.book import PerSize, Recipes, ViewsArg
 from loaders.recipe.schedule import SizeArg
 from loaders.schema import FieldsFn
 from loaders.source import ShardAccess
-from loaders.topology import cores_per_rank, detect_topology
+from loaders.topology import cores_per_rank, detect_topology, local_world_size
 from wdstool.base.errors import ConfigError
+from wdstool.base.params import parse_size
 from wdstool.base.retry import DEFAULT_RETRY, RetryPolicy
 
 log = logging.getLogger("loaders.loader")
@@ -47,8 +51,8 @@ def make_loader(
     shuffle: bool = True,
     shuffle_buffer: int = 2000,
     seed: int = 0,
-    num_workers: int | None = None,
-    prefetch_factor: int = 4,
+    num_workers: int | str | None = None,
+    prefetch_factor: int | str = 4,
     pin_memory: bool | None = None,
     persistent_workers: bool = True,
     rank: int | None = None,
@@ -69,6 +73,8 @@ def make_loader(
     cache_limit: int | str | None = None,
     retry: RetryPolicy | None = None,
     multiprocessing_context: str | None = None,
+    stats: bool = True,
+    memory_budget: int | float | str | None = None,
 ) -> StreamingLoader:
     """A streaming loader over WebDataset shards for one rank of a (torchrun) job.
 
@@ -130,11 +136,31 @@ def make_loader(
     (``retry``: a :class:`wdstool.base.retry.RetryPolicy`). ``cache_dir`` keeps a local copy of
     every shard read (``cache_limit``: bytes or "50GB", least recently used evicted), shared
     safely by all workers and ranks on the host.
+
+    Watching it train: ``loader.stats()`` (the epoch so far and the last steps: samples/s, the
+    time the loop waited in ``next()``, worker time per stage, prefetch occupancy, bytes,
+    requests, retries, cache hits, memory), ``loader.diagnose()`` (one line: input-bound or
+    not, the stage that dominates, what to do; logged at INFO on rank 0 every 1000 steps and
+    at the end of each epoch), ``loader.watch(exporter, ...)`` (logging, TensorBoard,
+    Prometheus, a callback: ``loaders.monitor.exporters``); docs/guides/monitoring.md.
+    ``stats=False`` switches the stage clocks off.
+
+    ``num_workers="auto"`` / ``prefetch_factor="auto"``: the loader tunes them from what it
+    measures (``loaders.monitor.autotune``), keeping its process tree's own memory under
+    ``memory_budget`` (bytes, "12GB", or a share of the host's memory; default 0.8 of it
+    over the node's ranks): decode threads grow and shrink while training, worker processes
+    are revised between epochs. Epochs cover the same samples with the same pixels whatever
+    it picks; its choices are in ``loader.stats().autotune`` and the log.
     """
+    auto = _auto_spec(num_workers, prefetch_factor, memory_budget, stats, worker_mode)
     workers = WorkerSettings(
-        num_workers=default_num_workers() if num_workers is None else num_workers,
+        num_workers=(
+            default_num_workers()
+            if num_workers is None
+            else _first_workers(auto, num_workers, worker_mode)
+        ),
         mode=worker_mode,
-        prefetch_factor=prefetch_factor,
+        prefetch_factor=AUTO_PREFETCH if prefetch_factor == "auto" else prefetch_factor,  # type: ignore[arg-type]
         pin_memory=pin_memory,
         persistent=persistent_workers,
         context=multiprocessing_context,
@@ -173,12 +199,13 @@ def make_loader(
     )
     dataset = ShardStreamDataset(
         sources,
-        LoaderConfig(epoch=epoch, workers=workers, batch=batch),
+        LoaderConfig(epoch=epoch, workers=workers, batch=batch, stats=stats),
         topology,
         recipes=recipes,
         epoch_size=epoch_size,
         repeats=repeats,
         with_source=with_source,
+        max_workers=auto.max_workers if auto is not None and auto.workers else 0,
     )
     if len(dataset) == 0:
         raise ConfigError(
@@ -186,7 +213,85 @@ def make_loader(
             f"batch of {batch_size} with drop_last=True; lower batch_size or set drop_last=False"
         )
     log.info("loader: %s", dataset.describe())
-    return StreamingLoader.start(dataset, detected=rank is None)
+    loader = StreamingLoader.start(dataset, detected=rank is None)
+    if stats:  # the verdict in the log (INFO, rank 0) every LOG_EVERY steps and at epoch ends
+        loader.watch(LogExporter(every=LOG_EVERY))
+    if auto is not None:
+        loader.autotuner = Autotuner(auto)
+        loader.autotuner.start(loader)
+        log.info("loader autotune: %s", _describe_auto(auto, workers))
+    return loader
+
+
+LOG_EVERY = 1000  # steps between the default log lines (loader.exporters.clear(): none)
+AUTO_PREFETCH = 2  # prefetch_factor="auto" starts here and deepens where steps wait
+BUDGET_SHARE = 0.8  # the guides' "memory < 80%", over the node's ranks
+
+
+def _auto_spec(
+    num_workers: Any, prefetch_factor: Any, budget: Any, stats: bool, mode: str
+) -> AutoSpec | None:
+    """The autotuner's settings, or None where nothing is "auto" (a ConfigError for another
+    word, for "auto" without stats, or for a budget that is not a size)."""
+    for name, value in (("num_workers", num_workers), ("prefetch_factor", prefetch_factor)):
+        if isinstance(value, str) and value != "auto":
+            raise ConfigError(f'{name}={value!r}: give an int or "auto"')
+    workers, prefetch = num_workers == "auto", prefetch_factor == "auto"
+    if not (workers or prefetch):
+        if budget is not None:
+            raise ConfigError(
+                'memory_budget applies to num_workers="auto" / prefetch_factor="auto"'
+            )
+        return None
+    if not stats:
+        raise ConfigError('"auto" settings need the loader\'s stats: drop stats=False')
+    total = host_total()
+    if budget is None:
+        limit = int(BUDGET_SHARE * total / max(1, local_world_size()))
+    elif isinstance(budget, float) and not isinstance(budget, bool):
+        if not 0 < budget <= 1:
+            raise ConfigError(f"memory_budget={budget!r}: a share of the host is in (0, 1]")
+        limit = int(budget * total)
+    else:
+        try:
+            limit = parse_size(budget)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"memory_budget: {exc}") from None
+        if limit <= 0:
+            raise ConfigError(f"memory_budget must be positive, got {budget!r}")
+    cap = default_num_workers() if workers else 0
+    if workers and str(mode) == "process":
+        cap = max(1, cap)
+    return AutoSpec(workers=workers, prefetch=prefetch, max_workers=cap, budget=limit)
+
+
+def _first_workers(auto: AutoSpec | None, num_workers: Any, mode: str) -> int:
+    """The workers to start with. Decode threads: all the rank's cores (the plan's streams;
+    how many decode at once is gated from the first batch). Worker processes: as many as
+    the budget holds at :data:`WORKER_ESTIMATE` each beside this process, at least one; a
+    budget below what this process already holds is a ConfigError."""
+    if auto is None or not auto.workers:
+        return int(num_workers)
+    if str(mode) == "thread":
+        return auto.max_workers
+    main = owned_memory()
+    if auto.budget < main:
+        raise ConfigError(
+            f"memory_budget={auto.budget / 1e6:.0f} MB is below what this process already holds "
+            f"({main / 1e6:.0f} MB); give the loader more"
+        )
+    return max(1, min(auto.max_workers, (auto.budget - main) // WORKER_ESTIMATE))
+
+
+def _describe_auto(auto: AutoSpec, w: WorkerSettings) -> str:
+    what = " and ".join(
+        n for n, on in (("workers", auto.workers), ("prefetch", auto.prefetch)) if on
+    )
+    return (
+        f"{what} tuned from {w.num_workers} {w.mode.value} workers, prefetch "
+        f"{w.prefetch_factor}, at most {auto.max_workers or w.num_workers} workers, memory budget "
+        f"{auto.budget / 1e9:.1f} GB"
+    )
 
 
 __all__ = ["default_num_workers", "make_loader"]

@@ -33,6 +33,7 @@ from loaders.plan import (
 )
 from loaders.plan.interleave import sources_in_order
 from loaders.source import DatasetIndex, ShardAccess
+from wdstool.base import counters
 from wdstool.base.errors import ShardError, StorageError, WdsToolError
 from wdstool.format.images import IMAGE_EXTENSIONS
 from wdstool.format.mapped import MappedMember, map_shard
@@ -181,6 +182,7 @@ def read_slices(
                     )
                     if s.start and at is None:
                         reader.skip(s.start)
+                    begin = reader.offset  # the slice's samples' bytes are counted from here
                     it = iter(reader)
                     for i in range(len(s)):
                         try:
@@ -190,6 +192,8 @@ def read_slices(
                                 f"{url}: ends after {s.start + i} samples; the manifest promised "
                                 f"at least {s.stop} (re-pack, or run `wdstool verify`)"
                             ) from None
+                        counters.count("bytes_read", reader.offset - begin)
+                        begin = reader.offset
                         yield Located(url, sample, s.source, s.rep, s.pad)
                         done += 1
             except (ShardError, StorageError, OSError) as exc:

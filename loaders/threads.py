@@ -27,6 +27,46 @@ class _Failed:
         self.exc = exc
 
 
+class Gate:
+    """How many decode threads may decode at once: a counting semaphore whose limit can be
+    changed while they run (the autotuner's ``num_workers="auto"``). A thread holds a place only
+    while it makes a batch, never while it waits for room in its queue, so a lower limit only
+    slows production, never the order: which stream makes which batch is the plan's."""
+
+    def __init__(self, limit: int) -> None:
+        self._cond = threading.Condition()
+        self._limit = limit
+        self._busy = 0
+
+    @property
+    def limit(self) -> int:
+        return self._limit
+
+    def set_limit(self, limit: int) -> None:
+        with self._cond:
+            self._limit = max(1, limit)
+            self._cond.notify_all()
+
+    def __enter__(self) -> Gate:
+        with self._cond:
+            while self._busy >= self._limit:
+                self._cond.wait()
+            self._busy += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._cond:
+            self._busy -= 1
+            self._cond.notify()
+
+
+def set_depth(q: queue.Queue, depth: int) -> None:
+    """Change how many batches ``q`` holds while it is in use (prefetch_factor="auto")."""
+    with q.mutex:
+        q.maxsize = depth
+        q.not_full.notify_all()
+
+
 class ThreadedBatches:
     """An iterable over one epoch's batches of ``dataset``, produced by one thread per plan
     worker. A consumer that stops early (``break``, an exception) stops the threads."""
@@ -34,18 +74,32 @@ class ThreadedBatches:
     def __init__(self, dataset: ShardStreamDataset, prefetch_factor: int = 4) -> None:
         self.dataset = dataset
         self.prefetch_factor = prefetch_factor
+        self.queues: dict[int, queue.Queue] = {}  # the current pass's, per plan worker
+        self.gate = Gate(1 << 30)  # decode threads at work at once (all, unless autotuned)
+
+    def set_prefetch(self, depth: int) -> None:
+        """Batches each decode thread may hold ready, from now on."""
+        self.prefetch_factor = depth
+        for q in self.queues.values():
+            set_depth(q, depth)
 
     def __iter__(self) -> Iterator[Delivery]:
         plan = self.dataset.plan()
         order = plan.loader_order()
         workers = sorted({w for w, _b in order})
         queues = {w: queue.Queue(maxsize=self.prefetch_factor) for w in workers}
+        self.queues = queues
         stop = threading.Event()
 
         def produce(w: int) -> None:
             q = queues[w]
             try:
-                for batch in self.dataset.stream(w):
+                batches = self.dataset.stream(w)
+                while True:
+                    with self.gate:
+                        batch = next(batches, _END)
+                    if batch is _END:
+                        break
                     while not stop.is_set():
                         try:
                             q.put(batch, timeout=0.1)

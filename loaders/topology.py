@@ -63,7 +63,11 @@ def check_topology(topology: Topology) -> None:
         )
 
 
+def local_world_size() -> int:
+    """Ranks on this node (torchrun's ``LOCAL_WORLD_SIZE``; 1 without it)."""
+    return max(1, _env_int("LOCAL_WORLD_SIZE") or 1)
+
+
 def cores_per_rank() -> int:
     """CPU cores this process may use, shared among the ranks on this node."""
-    local_world = _env_int("LOCAL_WORLD_SIZE") or 1
-    return max(1, usable_cores() // max(1, local_world))
+    return max(1, usable_cores() // local_world_size())

@@ -27,6 +27,8 @@ MODULES = {
     "mkdocs-material": ("material",),
     "mkdocstrings-python": ("mkdocstrings_handlers.python",),
     "mkdocs-click": ("mkdocs_click",),
+    "prometheus-client": ("prometheus_client",),
+    "tensorboard": ("tensorboard", "torch.utils.tensorboard"),
 }
 
 

@@ -48,6 +48,10 @@ class RunResult:
     peak_pss_anon_mb: float | None = None
     waits: list[float] = field(default_factory=list)
     interrupted: bool = False
+    # wdstool's own loaders: loader.stats() at the end of the pass (the JSON of
+    # loaders.monitor.stats.LoaderStats) and loader.diagnose("epoch") in one line
+    loader_stats: dict[str, Any] | None = None
+    verdict: str | None = None
 
     def to_json(self, with_waits: bool = False) -> dict[str, Any]:
         d = asdict(self)
@@ -243,6 +247,10 @@ def measure(
         result.worker_peak_rss_mb = max(s[1] for s in stats)
         private = [m for m in (_private_mb(p) for p in pids) if m is not None]
         result.worker_private_mb = max(private) if private else None
+    loader = getattr(iterable, "loader", None) if start is not None else None
+    if getattr(loader, "meter", None) is not None:  # ours, with stats on
+        result.loader_stats = loader.stats().as_dict()  # type: ignore[union-attr]
+        result.verdict = str(loader.diagnose("epoch"))  # type: ignore[union-attr]
     del it
     return result
 

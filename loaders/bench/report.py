@@ -43,6 +43,9 @@ def render_text(report: dict) -> list[str]:
                 f"memory of the process tree ({row['pipeline']}, {row['workers']} workers): peak "
                 f"PSS {row['peak_pss_mb']:.0f} MB, anonymous {row.get('peak_pss_anon_mb', 0):.0f} MB"
             )
+    for row in report["summary"]:
+        if row.get("verdict"):
+            lines.append(f"verdict ({row['pipeline']}, {row['workers']} workers): {row['verdict']}")
     for name, r in report["ratios"].items():
         lines.append(
             f"ratio {name}: median {r['median']:.2f} (range {r['min']:.2f}-{r['max']:.2f}, "

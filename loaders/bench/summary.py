@@ -84,6 +84,9 @@ def summarize(
                 seen = [getattr(r, what) for r in rs if getattr(r, what) is not None]
                 if seen:  # memory figures exist only where they were measured
                     row[what] = statistics.median(seen)
+            verdicts = [r.verdict for r in rs if r.verdict]
+            if verdicts:  # the loader's own verdict on its last run
+                row["verdict"] = verdicts[-1]
             if name == "wdstool" and w in ceilings and ceilings[w]["samples_per_s"]:
                 row["efficiency"] = row["samples_per_s"] / ceilings[w]["samples_per_s"]
             summary.append(row)

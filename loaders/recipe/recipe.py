@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -32,6 +33,7 @@ from loaders.recipe.probe import probe
 from loaders.recipe.render import apply, render
 from loaders.recipe.schedule import as_size
 from loaders.recipe.seeding import Seeder, draws_from_globals
+from wdstool.base import counters
 from wdstool.base.errors import ConfigError
 from wdstool.format.decode import PARTIAL_DECODE, decode_hwc, decode_rgb, header_size
 from wdstool.format.images import MAX_PIXELS, is_jpeg
@@ -138,7 +140,13 @@ class Recipe:
         if run is None:
             return as_tensor(img)
         kernels.install()  # bit-identical, faster uint8 sharpness/solarize (once)
-        return as_tensor(seeder(run, img, rng.getrandbits(63)))
+        if not counters.enabled:
+            return as_tensor(seeder(run, img, rng.getrandbits(63)))
+        t0 = time.perf_counter()
+        try:
+            return as_tensor(seeder(run, img, rng.getrandbits(63)))
+        finally:
+            counters.add_time("tail", time.perf_counter() - t0)
 
     def _library_sample(
         self,
@@ -167,6 +175,14 @@ class Recipe:
             )
 
         def tail(img: Any) -> torch.Tensor:
+            t0 = time.perf_counter()
+            try:
+                return run_tail(img)
+            finally:
+                if counters.enabled:
+                    counters.add_time("tail", time.perf_counter() - t0)
+
+        def run_tail(img: Any) -> torch.Tensor:
             for op in self.tail:
                 img = (
                     op(img, into)

@@ -56,6 +56,19 @@ def learnable_dataset(tmp_path_factory) -> Path:
     return dest
 
 
+@pytest.fixture(scope="session")
+def photos(tmp_path_factory) -> Path:
+    """96 noisy 320x240 JPEGs in 4 shards of 24 (decoding them is real work: ~0.5 ms each),
+    for the loader's stats and verdicts."""
+    root = tmp_path_factory.mktemp("photos")
+    for i in range(96):
+        d = root / "src" / f"c{i % 3}"
+        d.mkdir(parents=True, exist_ok=True)
+        noise_image(320, 240, seed=i).save(d / f"{i:03d}.jpg", quality=90)
+    pack(str(root / "src"), str(root / "shards"), PackOptions(workers=1, max_count=24))
+    return root / "shards"
+
+
 def webp_bytes(seed: int) -> bytes:
     import io
 

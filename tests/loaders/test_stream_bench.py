@@ -70,6 +70,18 @@ def test_cli_json_has_every_field_and_sweep_runs(uneven_dataset: Path, tmp_path:
         ):
             assert run[key] is not None, key
         assert run["samples"] > 0 and set(run["wait_ms"]) >= {"p50", "p95", "p99", "max"}
+        # the loader's own stats, the fields of loader.stats(), and its verdict
+        stats = run["loader_stats"]
+        assert stats["workers"] == run["workers"] and stats["epoch_so_far"]["samples"] > 0
+        assert set(stats["epoch_so_far"]["stages_s"]) == {
+            "read",
+            "decode",
+            "resize",
+            "tail",
+            "assembly",
+            "handoff",
+        }
+        assert run["verdict"]
     one_worker = [x for x in report["runs"] if x["workers"] == 1]
     assert all(x["peak_rss_workers_mb"] > 0 for x in one_worker)
     assert set(report["ceiling"]) == {"0", "1"} and report["summary"][0]["efficiency"] > 0
@@ -81,6 +93,7 @@ def test_cli_json_has_every_field_and_sweep_runs(uneven_dataset: Path, tmp_path:
         assert "decoding whole images" in r.stdout
     assert report["recommendation"]["num_workers"] in (0, 1) and report["recommendation"]["why"]
     assert "samples/s" in r.stdout and "recommendation" in r.stdout
+    assert "verdict (wdstool, 1 workers): " in r.stdout
     assert plot.stat().st_size > 10_000
 
 

@@ -103,6 +103,16 @@ def test_train_ddp_two_epochs(
     if batch == 8:
         assert sum(second) / len(second) < 0.6 * min(first), (first, second)
     assert "mean loss" in proc.stdout and "data-wait" in proc.stdout
+    # each rank's loader stats: its own steps and samples, the loop's waits (its own clock)
+    for r, report in enumerate(reports):
+        for e in report["epochs"]:
+            st = e["loader"]
+            assert (st["rank"], st["epoch"]) == (r, e["epoch"])
+            assert st["epoch_so_far"]["steps"] == e["steps"]
+            assert st["epoch_so_far"]["samples"] == len(e["keys"])
+            assert abs(st["epoch_so_far"]["wait_s"] - e["wait_s"]) <= 0.05 * e["wait_s"] + 0.005
+            assert st["epoch_so_far"]["stages_s"]["decode"] > 0
+    assert proc.stdout.count("epoch 1 loader: ") == 1
     if val:  # exact top-1 over the 23 validation samples, every epoch
         assert all(e["val"]["total"] == 23 for r in reports for e in r["epochs"])
         assert proc.stdout.count("val top-1") == 2

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
+from wdstool.base import counters
 from wdstool.base.credentials import redact
 from wdstool.base.errors import ShardError, StorageError
 from wdstool.base.opened import Body, Opened, Opener
@@ -140,6 +141,7 @@ class RangeReader(io.RawIOBase):
                 b[:n] = data
                 self._pos += n
                 self.stats["bytes"] = self.stats.get("bytes", 0) + n
+                counters.count("network_bytes", n)
                 return n
             except (ShardError, StorageError):
                 self._drop_body()
@@ -153,6 +155,7 @@ class RangeReader(io.RawIOBase):
                 failures += 1
                 last = exc
                 self.stats["retries"] = self.stats.get("retries", 0) + 1
+                counters.count("retries")
                 quiet = max(time.monotonic() - quiet_since, waited)
                 if self._retry.exhausted(failures, quiet):
                     raise StorageError(
@@ -182,6 +185,7 @@ class RangeReader(io.RawIOBase):
             return
         opened = self._opener(self._pos, self._version, self._limit)
         self.stats["requests"] = self.stats.get("requests", 0) + 1
+        counters.count("requests")
         self._body = opened.body
         if self._version is None:
             self._version = opened.version

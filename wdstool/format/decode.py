@@ -26,6 +26,7 @@ import io
 import logging
 import math
 import os
+import time
 import warnings
 from collections.abc import Callable
 from typing import NamedTuple
@@ -34,6 +35,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from wdstool.base import counters
 from wdstool.base.errors import SampleError
 from wdstool.format.images import MAX_PIXELS, end_problem, jpeg_exif_orientation, jpeg_size, kind
 
@@ -187,7 +189,18 @@ def _stored_layout(data: bytes, codec: Codec) -> torch.Tensor:
 def decode_rgb(
     data: bytes, ext: str = "", *, max_pixels: int = MAX_PIXELS, where: str = ""
 ) -> torch.Tensor:
-    """Decode image bytes to a uint8 RGB tensor [3,H,W]; the format comes from the bytes."""
+    """Decode image bytes to a uint8 RGB tensor [3,H,W]; the format comes from the bytes.
+    Its wall time counts as the ``decode`` stage (``wdstool.base.counters``)."""
+    if not counters.enabled:
+        return _decode_rgb(data, max_pixels, where)
+    t0 = time.perf_counter()
+    try:
+        return _decode_rgb(data, max_pixels, where)
+    finally:
+        counters.add_time("decode", time.perf_counter() - t0)
+
+
+def _decode_rgb(data: bytes, max_pixels: int, where: str) -> torch.Tensor:
     if not data:
         raise _fail(where, "empty image member")
     fmt = kind(data)
@@ -292,8 +305,12 @@ def decode_crop(
     box = scaled_box(top, left, h, w, scale) if scale != 1 else (top, left, h, w)
     t, x, bh, bw = (int(v) for v in box)
     out = torch.empty((bh, bw, 3), dtype=torch.uint8)
+    t0 = time.perf_counter()
     try:
         done = _jpegcrop.decode_crop(data, x, t, bw, bh, out.numpy(), scale)
     except ValueError:
         return None
+    finally:
+        if counters.enabled:
+            counters.add_time("decode", time.perf_counter() - t0)
     return out.permute(2, 0, 1) if done else None

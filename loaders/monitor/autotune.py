@@ -1,0 +1,232 @@
+"""``num_workers="auto"`` / ``prefetch_factor="auto"``: the loader sizes itself from what it
+measures, within a memory budget.
+
+It reads the same counters as ``loader.stats()`` over the steps since its last decision:
+
+- **input-bound** (the loop waited for data >= 5% of its time and in >= 10% of its steps:
+  ``stall_fraction``, ``input_bound_steps``) with the workers' own time mostly busy: one more worker, if the cores and the budget allow;
+- **not input-bound** (< 5% of its time, < 5% of its steps) with the prefetch queue at least
+  half full and the
+  remaining workers able to produce 1.25x what the loop consumed: one worker fewer (cores
+  and memory back to the training process), never below a count that was input-bound before;
+- **jitter** (>= 10% of steps waited while the workers could keep up on average): a deeper
+  prefetch queue (at most :data:`MAX_PREFETCH`);
+- over the budget: one worker (or a prefetch slot) fewer.
+
+Where it acts: with decode threads (``worker_mode="thread"``) while training, every
+``interval`` steps: the plan runs ``max_workers`` streams, and the number of threads decoding
+at once is gated (:class:`loaders.threads.Gate`), so the order and the pixels never depend on
+the count. With worker processes, at epoch boundaries only: the next epoch is planned for the
+new count (persistent workers restarted then), and the loader's state records the count of
+each epoch's segment, so an exact resume replays it (``adopt``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from loaders.monitor.memory import owned_memory
+from loaders.monitor.stats import Window, _Sums
+from wdstool.base.errors import ConfigError
+
+log = logging.getLogger("loaders.monitor")
+
+MAX_PREFETCH = 6  # the pool has 8 slots per worker: 6 ready + 2 being made or used
+MIN_STEPS = 8  # steps a decision needs behind it
+GROW_WAIT, SHRINK_STEPS, JITTER_STEPS, SPARE = 0.05, 0.05, 0.10, 1.25
+# a worker process's own memory (anonymous + shared PSS: its heap, its share of the batch pool)
+# before one is measured: 148-176 MB measured here (batches of 16 x 64 px to 64 x 224 px)
+WORKER_ESTIMATE = 192 << 20
+
+
+@dataclass(frozen=True, kw_only=True)
+class AutoSpec:
+    """What is tuned (``workers``, ``prefetch``), the most workers (``max_workers``: the
+    rank's cores, at most 8), the memory budget in bytes of the loader's process tree (owned
+    memory: anonymous and shared, ``loaders.monitor.memory``), and how often threads are
+    revised (``interval`` steps)."""
+
+    workers: bool
+    prefetch: bool
+    max_workers: int
+    budget: int
+    interval: int = 20
+
+
+class Autotuner:
+    """Revises a loader's workers and prefetch depth; ``last`` says what it did and why,
+    ``changes`` lists every decision ``(epoch, step, workers, prefetch, why)``."""
+
+    def __init__(self, spec: AutoSpec) -> None:
+        self.spec = spec
+        self.last = ""
+        self.changes: list[tuple[int, int, int, int, str]] = []
+        self._since = _Sums()
+        self._floor = 1  # a count found input-bound: not gone below again
+        self._peak_owned = 0
+
+    # --- what the loader calls ---------------------------------------------------------------
+    def start(self, loader: Any) -> None:
+        """Decode threads: as many at work as the budget holds beside this process (its
+        batch buffers, prefetch deep), the plan's streams at most."""
+        if loader.config.workers.mode.value != "thread" or not self.spec.workers:
+            return
+        main = owned_memory()
+        if self.spec.budget < main:
+            raise ConfigError(
+                f"memory_budget={self.spec.budget / 1e6:.0f} MB is below what this process "
+                f"already holds ({main / 1e6:.0f} MB); give the loader more"
+            )
+        per = self._per_worker(loader, main, 0, threads=True)
+        fit = (self.spec.budget - main) // per if per else loader.topology.num_workers
+        loader.dataloader.gate.set_limit(max(1, min(loader.topology.num_workers, fit)))
+
+    def step(self, loader: Any, step: int) -> None:
+        """After each batch: with decode threads, a decision every ``interval`` steps."""
+        if loader.config.workers.mode.value != "thread" or step % self.spec.interval:
+            return
+        self._decide(loader, live=True)
+
+    def epoch_end(self, loader: Any) -> None:
+        """Between epochs: worker processes are revised here (threads too, once more)."""
+        if loader.meter is not None and loader.meter.epoch.steps:
+            self._decide(loader, live=False)
+        self._since = _Sums()
+
+    def adopt(self, loader: Any, workers: int) -> None:
+        """A resumed epoch ran with ``workers``: finish it with them (an exact resume)."""
+        if self.spec.workers and workers != loader.topology.num_workers and workers > 0:
+            self._apply(
+                loader,
+                workers,
+                loader.config.workers.prefetch_factor,
+                f"resumed with the {workers} workers the epoch ran with",
+            )
+
+    # --- deciding ------------------------------------------------------------------------
+    def _window(self, loader: Any) -> Window:
+        now = loader.meter.epoch
+        w = Window.of(_minus(now, self._since))
+        self._since = _copy(now)
+        return w
+
+    def _decide(self, loader: Any, *, live: bool) -> None:
+        w = self._window(loader)
+        if w.steps < MIN_STEPS:
+            return
+        threads = loader.config.workers.mode.value == "thread"
+        if not live and threads:
+            return  # threads were revised while training
+        k = self.active(loader)
+        p = loader.config.workers.prefetch_factor
+        owned = self._owned(loader)
+        per_worker = self._per_worker(loader, owned, k, threads)
+        busy = sum(v for s, v in w.stages_s.items() if s != "handoff")
+        capacity = w.samples * k / busy if busy > 0 else float("inf")  # samples/s, never blocked
+        rate = w.samples_per_s
+        new_k, new_p, why = k, p, ""
+        cap_k = self.spec.max_workers
+        if owned > self.spec.budget and k > 1:
+            new_k, why = k - 1, f"over the memory budget ({_gb(owned)} > {_gb(self.spec.budget)})"
+        elif (
+            self.spec.workers
+            and w.stall_fraction >= GROW_WAIT
+            and w.input_bound_steps >= JITTER_STEPS
+            and w.stage_shares.get("handoff", 0.0) < 0.5  # the workers are busy, not blocked
+        ):
+            self._floor = max(self._floor, k + 1)
+            if k < cap_k and owned + per_worker <= self.spec.budget:
+                new_k, why = (
+                    k + 1,
+                    f"input-bound ({w.stall_fraction:.0%} of the time waiting for data)",
+                )
+        elif (
+            self.spec.workers
+            and w.stall_fraction < GROW_WAIT
+            and w.input_bound_steps < SHRINK_STEPS
+            and w.prefetch_occupancy >= 0.5
+            and k - 1 >= self._floor
+            and capacity * (k - 1) / k >= SPARE * rate
+        ):
+            new_k = k - 1
+            why = (
+                f"not input-bound ({w.stall_fraction:.1%} waiting for data, queue "
+                f"{w.prefetch_occupancy:.0%} full): {k - 1} can make {SPARE:.2f}x the loop's rate"
+            )
+        if (
+            self.spec.prefetch
+            and new_k == k
+            and w.input_bound_steps >= JITTER_STEPS
+            and w.input_bound_steps * (w.steps - 1) >= 2  # not one late batch
+            and capacity >= 1.1 * rate
+            and p < MAX_PREFETCH
+        ):
+            new_p = p + 1
+            why = (
+                f"{w.input_bound_steps:.0%} of steps waited while the workers keep up on "
+                "average: a deeper prefetch queue"
+            )
+        if (new_k, new_p) != (k, p):
+            self._apply(loader, new_k, new_p, why)
+
+    def active(self, loader: Any) -> int:
+        """Workers at work: decode threads let through the gate, or worker processes."""
+        if loader.config.workers.mode.value == "thread":
+            return min(loader.dataloader.gate.limit, loader.topology.num_workers)
+        return loader.topology.num_workers
+
+    def _owned(self, loader: Any) -> int:
+        owned = loader.stats().memory.owned
+        self._peak_owned = max(self._peak_owned, owned)
+        return owned
+
+    def _per_worker(self, loader: Any, owned: int, k: int, threads: bool) -> int:
+        """What one more worker would add: a batch buffer per prefetch slot for a thread; for
+        a process the tree's owned memory above the main process's, per worker (measured), or
+        :data:`WORKER_ESTIMATE` before any ran."""
+        slots = (loader.config.workers.prefetch_factor + 2) * loader.dataset.batch_nbytes()
+        if threads:
+            return slots
+        main = owned_memory()
+        if k and owned > main:
+            return max(slots, (owned - main) // k)
+        return WORKER_ESTIMATE + slots
+
+    def _apply(self, loader: Any, workers: int, prefetch: int, why: str) -> None:
+        loader.reconfigure(workers, prefetch)
+        self.last = f"{workers} workers, prefetch {prefetch}: {why}"
+        self.changes.append((loader.epoch, loader.batches_delivered, workers, prefetch, why))
+        log.info(
+            "loader autotune, epoch %d step %d: %s",
+            loader.epoch,
+            loader.batches_delivered,
+            self.last,
+        )
+
+
+def _copy(s: _Sums) -> _Sums:
+    c = _Sums()
+    for name in _Sums.__slots__:
+        v = getattr(s, name)
+        setattr(c, name, dict(v) if isinstance(v, dict) else v)
+    return c
+
+
+def _minus(a: _Sums, b: _Sums) -> _Sums:
+    d = _Sums()
+    for name in _Sums.__slots__:
+        va, vb = getattr(a, name), getattr(b, name)
+        if isinstance(va, dict):
+            setattr(d, name, {k: v - vb.get(k, 0.0) for k, v in va.items()})
+        else:
+            setattr(d, name, va - vb)
+    return d
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.2f} GB"
+
+
+__all__ = ["AutoSpec", "Autotuner"]
