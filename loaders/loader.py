@@ -183,7 +183,7 @@ class StreamingLoader(Watching):
         ready = ready_probe(it, self.dataloader, self.config.workers)
         try:
             while True:
-                waiting = ready() if meter is not None else 0.0
+                waiting = ready() if meter is not None else (0.0, False)
                 delivery = next(it, None)
                 if delivery is None:
                     break
@@ -192,7 +192,7 @@ class StreamingLoader(Watching):
                 self.batches_delivered += 1
                 if meter is not None:
                     n = len(batch["keys"])
-                    meter.got(asked, n, waiting, delivery.stats, delivery.replaced)
+                    meter.got(asked, n, *waiting, delivery.stats, delivery.replaced)
                     self._watch()
                     meter.yielded()
                 yield batch

@@ -81,22 +81,33 @@ class Watching:
 
 
 def ready_probe(it: Any, source: Any, workers: Any) -> Any:
-    """A function giving the share of the prefetch queue that holds ready batches: those
-    received out of order and those waiting in the result queue (torch's DataLoader
-    iterator), or in the decode threads' queues."""
+    """A function giving (the share of the prefetch queue that holds ready batches, whether
+    the batch the loop asks for next is among them): in torch's DataLoader iterator, batches
+    received out of order and those in its result queue (one there may be in flight: counted
+    as ready); with decode threads, their queues and the next one's."""
     capacity = max(1, workers.num_workers * workers.prefetch_factor)
     if isinstance(source, ThreadedBatches):  # decode threads
-        return lambda: min(1.0, sum(q.qsize() for q in source.queues.values()) / capacity)
-    data, info = getattr(it, "_data_queue", None), getattr(it, "_task_info", None)
-    if data is None or info is None:
-        return lambda: 0.0
 
-    def ready() -> float:
+        def ready_threads() -> tuple[float, bool]:
+            n = sum(q.qsize() for q in source.queues.values())
+            nxt = source.next_queue
+            return min(1.0, n / capacity), nxt is not None and nxt.qsize() > 0
+
+        return ready_threads
+    data, info = getattr(it, "_data_queue", None), getattr(it, "_task_info", None)
+    if data is None or info is None:  # no workers: nothing is ever ready ahead
+        return lambda: (0.0, False)
+
+    def ready() -> tuple[float, bool]:
         try:
             held = sum(1 for v in info.values() if len(v) == 2)
-            return min(1.0, (data.qsize() + held) / capacity)
+            queued = data.qsize()
         except (NotImplementedError, RuntimeError):  # qsize where the platform has none
-            return 0.0
+            return 0.0, False
+        nxt = info.get(getattr(it, "_rcvd_idx", -1))
+        return min(1.0, (queued + held) / capacity), queued > 0 or (
+            nxt is not None and len(nxt) == 2
+        )
 
     return ready
 

@@ -5,7 +5,7 @@ It reads the same counters as ``loader.stats()`` over the steps since its last d
 
 - **input-bound** (the loop waited for data >= 5% of its time and in >= 10% of its steps:
   ``stall_fraction``, ``input_bound_steps``) with the workers' own time mostly busy: one more worker, if the cores and the budget allow;
-- **not input-bound** (< 5% of its time, < 5% of its steps) with the prefetch queue at least
+- **not input-bound** (waited for data < 2% of its time) with the prefetch queue at least
   half full and the
   remaining workers able to produce 1.25x what the loop consumed: one worker fewer (cores
   and memory back to the training process), never below a count that was input-bound before;
@@ -35,7 +35,7 @@ log = logging.getLogger("loaders.monitor")
 
 MAX_PREFETCH = 6  # the pool has 8 slots per worker: 6 ready + 2 being made or used
 MIN_STEPS = 8  # steps a decision needs behind it
-GROW_WAIT, SHRINK_STEPS, JITTER_STEPS, SPARE = 0.05, 0.05, 0.10, 1.25
+GROW_WAIT, SHRINK_WAIT, JITTER_STEPS, SPARE = 0.05, 0.02, 0.10, 1.25
 # a worker process's own memory (anonymous + shared PSS: its heap, its share of the batch pool)
 # before one is measured: 148-176 MB measured here (batches of 16 x 64 px to 64 x 224 px)
 WORKER_ESTIMATE = 192 << 20
@@ -144,8 +144,7 @@ class Autotuner:
                 )
         elif (
             self.spec.workers
-            and w.stall_fraction < GROW_WAIT
-            and w.input_bound_steps < SHRINK_STEPS
+            and w.stall_fraction < SHRINK_WAIT
             and w.prefetch_occupancy >= 0.5
             and k - 1 >= self._floor
             and capacity * (k - 1) / k >= SPARE * rate

@@ -31,9 +31,10 @@ EVENTS = (
     "cache_misses",
     "cache_evictions",
 )
-# A step waited for data ("stalled") by what its wait exceeds the cheapest wait seen so far: a
-# batch that is ready still costs the loop ~1 ms here (the hand-over itself: receiving it,
-# unwrapping it), which is no sign of a slow loader. A step is input-bound when it stalled
+# A step waited for data ("stalled") when its batch was not ready as the loop asked for it, by
+# what its wait exceeds the cheapest wait for a batch that was: a ready batch still costs the
+# loop ~1 ms here (the hand-over itself: receiving it, unwrapping it; more when the training
+# process is short of CPU), which is no sign of a slow loader. A step is input-bound when it stalled
 # longer than this ...
 BOUND_WAIT_S = 0.001
 BOUND_WAIT_SHARE = 0.05  # ... and longer than this share of the step
@@ -228,7 +229,7 @@ class Meter:
         self.total = _Sums()  # all epochs: what Prometheus' counters count
         self._last_yield: float | None = None
         self._got_at = 0.0
-        self.base = float("inf")  # the cheapest wait seen: what a ready batch costs the loop
+        self.base = float("inf")  # the cheapest wait for a batch that was ready: the hand-over
         self._first = True
 
     def new_epoch(self) -> None:
@@ -247,15 +248,22 @@ class Meter:
         asked_at: float,
         samples: int,
         ready: float,
+        next_ready: bool,
         worker: dict[str, float] | None,
         replaced: int,
     ) -> None:
+        """A batch came: asked for at ``asked_at``, ``samples`` in it; when asked, ``ready``
+        (the share of the prefetch queue holding ready batches) and whether this batch was
+        among them (``next_ready``); the worker's clock; samples replaced."""
         now = self._got_at = time.perf_counter()
         step = asked_at - self._last_yield if self._last_yield is not None else 0.0
         wait = now - asked_at
-        if not self._first:
-            self.base = min(self.base, wait)
-        stall = max(0.0, wait - self.base) if not self._first else 0.0
+        if self._first or next_ready:  # ready: the wait is the hand-over's, not data's
+            stall = 0.0
+            if not self._first:
+                self.base = min(self.base, wait)
+        else:  # waited for the batch to be made: beyond what a hand-over costs
+            stall = max(0.0, wait - (self.base if self.base != float("inf") else 0.0))
         rec = _Step(wait, step, samples, ready, worker or {}, replaced, self._first, stall)
         self._first = False
         self.epoch.add(rec)

@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from loaders import make_loader
 from loaders.make import default_num_workers
@@ -58,17 +57,17 @@ def test_worker_processes_are_revised_between_epochs_and_resume_exactly(photos: 
     (the order of a fixed loader with that count, the same pixels per sample); its state
     records the count, and a new auto loader resumed from it finishes the epoch exactly as the
     uninterrupted one does."""
-    auto = _loader(photos, 4, num_workers="auto")
+    auto = _loader(photos, 2, num_workers="auto")
     assert auto.topology.num_workers == CORES
-    first = _epoch(auto, 0, step_s=0.04)
-    assert first == _epoch(_loader(photos, 4, num_workers=CORES), 0)
+    first = _epoch(auto, 0, step_s=0.03)
+    assert first == _epoch(_loader(photos, 2, num_workers=CORES), 0)
     auto.set_epoch(1)  # the epoch boundary: revised here
     k = auto.topology.num_workers
     assert k == CORES - 1 and auto.stats().workers == k
-    assert auto.autotuner.changes[-1][:3] == (0, 24, k)
+    assert auto.autotuner.changes[-1][:3] == (0, 48, k)
     second = _epoch(auto, 1)
-    assert second == _epoch(_loader(photos, 4, num_workers=k), 1)
-    assert sorted(second) == sorted(_epoch(_loader(photos, 4, num_workers=CORES), 1))
+    assert second == _epoch(_loader(photos, 2, num_workers=k), 1)
+    assert sorted(second) == sorted(_epoch(_loader(photos, 2, num_workers=CORES), 1))
 
     # an exact resume: 7 batches into epoch 1, saved; a new auto loader (starting with all the
     # cores) takes the state, adopts the count the epoch ran with and delivers the rest
@@ -79,10 +78,10 @@ def test_worker_processes_are_revised_between_epochs_and_resume_exactly(photos: 
     state = auto.state_dict()
     del it
     assert state["segments"][-1]["num_workers"] == k
-    resumed = _loader(photos, 4, num_workers="auto")
+    resumed = _loader(photos, 2, num_workers="auto")
     resumed.load_state_dict(state)
     assert resumed.topology.num_workers == k
-    assert _epoch(resumed, 1) == second[7 * 4 :]
+    assert _epoch(resumed, 1) == second[7 * 2 :]
 
 
 def test_the_memory_budget_is_kept(photos: Path) -> None:
@@ -118,15 +117,15 @@ def test_bad_auto_settings_are_one_line_errors(photos: Path, kw: dict, message: 
         _loader(photos, **kw)
 
 
-def test_auto_prefetch_deepens_on_jitter_between_epochs(photos: Path) -> None:
-    """A loop whose every 4th step is instant and the others slow: the workers keep up on
-    average, yet steps wait; the queue deepens (processes: for the next epoch)."""
+def test_auto_prefetch_deepens_on_bursts_between_epochs(photos: Path) -> None:
+    """A loop that runs 12 slow steps, then 12 instant ones: the worker keeps up on average,
+    yet the instant steps drain the queue and wait; the queue deepens (processes: for the
+    next epoch)."""
     auto = _loader(photos, num_workers=1, prefetch_factor="auto")
     auto.set_epoch(0)
     for i, _ in enumerate(auto):
-        if i % 8 < 6:
-            time.sleep(0.004)
+        if (i // 12) % 2 == 0:
+            time.sleep(0.008)
     auto.set_epoch(1)
-    p = auto.config.workers.prefetch_factor
-    assert p == 3 and "deeper prefetch" in auto.stats().autotune, auto.autotuner.changes
-    assert torch.tensor(0).item() == 0
+    assert auto.config.workers.prefetch_factor == 3, auto.autotuner.changes
+    assert "deeper prefetch" in auto.stats().autotune
