@@ -248,12 +248,14 @@ def autotune(shards: Path, rounds: int, log: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for mode in ("process", "thread"):
         fixed: dict[str, list[float]] = {}
+        fixed2: dict[str, list[float]] = {}
         auto: list[dict[str, Any]] = []
         for r in range(rounds):
             for w in (1, 2, 3, 4):
                 for p in (2, 4):
                     res = run(dict(base, mode=mode, workers=w, prefetch=p))
                     fixed.setdefault(f"{w}x{p}", []).append(res["epochs"][0]["samples_per_s"])
+                    fixed2.setdefault(f"{w}x{p}", []).append(res["epochs"][1]["samples_per_s"])
             res = run(dict(base, mode=mode, workers="auto", prefetch="auto"))
             auto.append(res)
             log.append(
@@ -266,16 +268,21 @@ def autotune(shards: Path, rounds: int, log: list[str]) -> dict[str, Any]:
             print(log[-1], flush=True)
         best_key = max(fixed, key=lambda k: statistics.median(fixed[k]))
         best = statistics.median(fixed[best_key])
+        best2_key = max(fixed2, key=lambda k: statistics.median(fixed2[k]))
+        best2 = statistics.median(fixed2[best2_key])
         first = statistics.median(a["epochs"][0]["samples_per_s"] for a in auto)
         second = statistics.median(a["epochs"][1]["samples_per_s"] for a in auto)
         tight = run(dict(base, mode=mode, workers="auto", prefetch="auto", budget=_tight()))
         out[mode] = {
             "fixed_median": {k: statistics.median(v) for k, v in fixed.items()},
+            "fixed_median_second_epoch": {k: statistics.median(v) for k, v in fixed2.items()},
             "best_fixed": best_key,
+            "best_fixed_second_epoch": best2_key,
             "auto_first_epoch": first,
             "auto_second_epoch": second,
             "auto_over_best_first_epoch": first / best,
-            "auto_over_best_second_epoch": second / best,
+            "auto_over_best_second_epoch": second / best2,
+            "auto_workers": [[e.get("active", e["workers"]) for e in a["epochs"]] for a in auto],
             "auto_peak_owned": max(a["peak_owned"] for a in auto),
             "budget": auto[0]["budget"],
             "tight": {
@@ -287,8 +294,9 @@ def autotune(shards: Path, rounds: int, log: list[str]) -> dict[str, Any]:
             },
         }
         log.append(
-            f"autotune {mode}: auto/best fixed ({best_key}: {best:.0f} img/s) first epoch "
-            f"{first / best:.3f}, second {second / best:.3f}; peak owned "
+            f"autotune {mode}: auto/best fixed, first epoch {first / best:.3f} ({first:.0f} vs "
+            f"{best_key} {best:.0f} img/s), second {second / best2:.3f} ({second:.0f} vs "
+            f"{best2_key} {best2:.0f}); peak owned "
             f"{out[mode]['auto_peak_owned'] / 1e6:.0f} MB (budget {auto[0]['budget'] / 1e6:.0f} MB); "
             f"tight budget {tight['budget'] / 1e6:.0f} MB: peak {tight['peak_owned'] / 1e6:.0f} MB, "
             f"workers {out[mode]['tight']['workers']}"

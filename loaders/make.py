@@ -259,9 +259,9 @@ def _auto_spec(
             raise ConfigError(f"memory_budget: {exc}") from None
         if limit <= 0:
             raise ConfigError(f"memory_budget must be positive, got {budget!r}")
-    cap = default_num_workers() if workers else 0
-    if workers and str(mode) == "process":
-        cap = max(1, cap)
+    cap = 0
+    if workers:  # decode threads: up to 2 per core (a thread waits on the GIL part of its time)
+        cap = default_num_workers() if str(mode) == "process" else min(8, 2 * cores_per_rank())
     return AutoSpec(workers=workers, prefetch=prefetch, max_workers=cap, budget=limit)
 
 

@@ -11,13 +11,16 @@ Python heap, one copy of torch, and the batch pool: no process per worker.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 from loaders.dataset import ShardStreamDataset
 from loaders.delivery import Delivery
+from wdstool.base import counters
 
 _END = object()
 
@@ -31,12 +34,16 @@ class Gate:
     """How many decode threads may decode at once: a counting semaphore whose limit can be
     changed while they run (the autotuner's ``num_workers="auto"``). A thread holds a place only
     while it makes a batch, never while it waits for room in its queue, so a lower limit only
-    slows production, never the order: which stream makes which batch is the plan's."""
+    slows production, never the order: which stream makes which batch is the plan's. The
+    stream the loop will ask next (``want``) goes first when it waits. The time a thread
+    waits here is counted apart (``gated``), not as hand-off."""
 
     def __init__(self, limit: int) -> None:
         self._cond = threading.Condition()
         self._limit = limit
         self._busy = 0
+        self.want: int | None = None  # the stream whose batch the loop needs next
+        self._waiting: set[int] = set()  # streams waiting for a place
 
     @property
     def limit(self) -> int:
@@ -47,17 +54,24 @@ class Gate:
             self._limit = max(1, limit)
             self._cond.notify_all()
 
-    def __enter__(self) -> Gate:
+    @contextlib.contextmanager
+    def enter(self, stream: int) -> Iterator[None]:
+        """Hold a place for ``stream`` while the block runs."""
+        t0 = time.perf_counter()
         with self._cond:
-            while self._busy >= self._limit:
-                self._cond.wait()
+            self._waiting.add(stream)
+            while self._busy >= self._limit or (stream != self.want and self.want in self._waiting):
+                self._cond.wait(0.05)  # ``want`` moves on without a notify
+            self._waiting.discard(stream)
             self._busy += 1
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        with self._cond:
-            self._busy -= 1
-            self._cond.notify()
+        if counters.enabled:
+            counters.add_time("gated", time.perf_counter() - t0)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._busy -= 1
+                self._cond.notify_all()
 
 
 def set_depth(q: queue.Queue, depth: int) -> None:
@@ -91,6 +105,7 @@ class ThreadedBatches:
         queues = {w: queue.Queue(maxsize=self.prefetch_factor) for w in workers}
         self.queues = queues
         self.next_queue: queue.Queue | None = queues[order[0][0]] if order else None
+        self.gate.want = order[0][0] if order else None
         stop = threading.Event()
 
         def produce(w: int) -> None:
@@ -98,7 +113,7 @@ class ThreadedBatches:
             try:
                 batches = self.dataset.stream(w)
                 while True:
-                    with self.gate:
+                    with self.gate.enter(w):
                         batch = next(batches, _END)
                     if batch is _END:
                         break
@@ -135,6 +150,7 @@ class ThreadedBatches:
                     raise RuntimeError(f"internal error: decode thread {w} ended early")
                 if i + 1 < len(order):  # where the batch after this one will come from
                     self.next_queue = queues[order[i + 1][0]]
+                    self.gate.want = order[i + 1][0]
                 yield item
         finally:
             stop.set()

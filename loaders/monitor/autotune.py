@@ -4,14 +4,15 @@ measures, within a memory budget.
 It reads the same counters as ``loader.stats()`` over the steps since its last decision:
 
 - **input-bound** (the loop waited for data >= 5% of its time and in >= 10% of its steps:
-  ``stall_fraction``, ``input_bound_steps``) with the workers' own time mostly busy: one more worker, if the cores and the budget allow;
-- **not input-bound** (waited for data < 2% of its time) with the prefetch queue at least
-  half full and the
-  remaining workers able to produce 1.25x what the loop consumed: one worker fewer (cores
-  and memory back to the training process), never below a count that was input-bound before;
-- **jitter** (>= 10% of steps waited while the workers could keep up on average): a deeper
+  ``stall_fraction``, ``input_bound_steps``; the workers busy, not blocked): one more worker, if the cores and the budget allow. The next decision checks
+  that it paid (the rate up >= 3%); if not, the worker is taken back and that count is the
+  ceiling for the rest of the epoch (hill climbing on the rate the loop gets);
+- **not input-bound** (waited for data < 2% of its time) with the queue at least half full
+  and the remaining workers able to produce 1.25x what the loop consumed: one worker fewer
+  (cores and memory back to the training process), never below a count that was input-bound;
+- **bursts** (>= 10% of steps waited although the queue was >= 30% full on average): a deeper
   prefetch queue (at most :data:`MAX_PREFETCH`);
-- over the budget: one worker (or a prefetch slot) fewer.
+- over the budget: one worker fewer.
 
 Where it acts: with decode threads (``worker_mode="thread"``) while training, every
 ``interval`` steps: the plan runs ``max_workers`` streams, and the number of threads decoding
@@ -29,6 +30,7 @@ from typing import Any
 
 from loaders.monitor.memory import owned_memory
 from loaders.monitor.stats import Window, _Sums
+from loaders.topology import cores_per_rank
 from wdstool.base.errors import ConfigError
 
 log = logging.getLogger("loaders.monitor")
@@ -36,6 +38,8 @@ log = logging.getLogger("loaders.monitor")
 MAX_PREFETCH = 6  # the pool has 8 slots per worker: 6 ready + 2 being made or used
 MIN_STEPS = 8  # steps a decision needs behind it
 GROW_WAIT, SHRINK_WAIT, JITTER_STEPS, SPARE = 0.05, 0.02, 0.10, 1.25
+BURSTY = 0.3  # steps wait with the queue this full on average: bursts, not a slow loader
+GAIN = 1.03  # a worker added must raise the rate this much, or it is taken back
 # a worker process's own memory (anonymous + shared PSS: its heap, its share of the batch pool)
 # before one is measured: 148-176 MB measured here (batches of 16 x 64 px to 64 x 224 px)
 WORKER_ESTIMATE = 192 << 20
@@ -65,6 +69,8 @@ class Autotuner:
         self.changes: list[tuple[int, int, int, int, str]] = []
         self._since = _Sums()
         self._floor = 1  # a count found input-bound: not gone below again
+        self._ceiling = spec.max_workers  # a count that did not pay: not gone above again
+        self._trial: tuple[int, float] | None = None  # (workers, samples/s) before adding one
         self._peak_owned = 0
 
     # --- what the loader calls ---------------------------------------------------------------
@@ -81,7 +87,8 @@ class Autotuner:
             )
         per = self._per_worker(loader, main, 0, threads=True)
         fit = (self.spec.budget - main) // per if per else loader.topology.num_workers
-        loader.dataloader.gate.set_limit(max(1, min(loader.topology.num_workers, fit)))
+        cores = cores_per_rank()  # one thread per core to begin with; more where it pays
+        loader.dataloader.gate.set_limit(max(1, min(cores, loader.topology.num_workers, fit)))
 
     def step(self, loader: Any, step: int) -> None:
         """After each batch: with decode threads, a decision every ``interval`` steps."""
@@ -121,27 +128,42 @@ class Autotuner:
             return  # threads were revised while training
         k = self.active(loader)
         p = loader.config.workers.prefetch_factor
+        rate = w.samples_per_s
+        if self._trial is not None:  # did the last worker added pay?
+            k0, r0 = self._trial
+            self._trial = None
+            if k > k0 and rate < GAIN * r0:
+                self._ceiling = k0
+                self._apply(
+                    loader,
+                    k0,
+                    p,
+                    f"{k} workers made {rate:.0f} samples/s against {r0:.0f} with {k0}: back "
+                    f"to {k0}",
+                )
+                return
         owned = self._owned(loader)
         per_worker = self._per_worker(loader, owned, k, threads)
         busy = sum(v for s, v in w.stages_s.items() if s != "handoff")
         capacity = w.samples * k / busy if busy > 0 else float("inf")  # samples/s, never blocked
-        rate = w.samples_per_s
+        stalled = w.input_bound_steps >= JITTER_STEPS and w.input_bound_steps * (w.steps - 1) >= 2
         new_k, new_p, why = k, p, ""
-        cap_k = self.spec.max_workers
         if owned > self.spec.budget and k > 1:
             new_k, why = k - 1, f"over the memory budget ({_gb(owned)} > {_gb(self.spec.budget)})"
         elif (
             self.spec.workers
             and w.stall_fraction >= GROW_WAIT
-            and w.input_bound_steps >= JITTER_STEPS
-            and w.stage_shares.get("handoff", 0.0) < 0.5  # the workers are busy, not blocked
+            and stalled
+            and w.stage_shares.get("handoff", 0.0) < 0.5  # and busy, not blocked
         ):
             self._floor = max(self._floor, k + 1)
-            if k < cap_k and owned + per_worker <= self.spec.budget:
-                new_k, why = (
-                    k + 1,
-                    f"input-bound ({w.stall_fraction:.0%} of the time waiting for data)",
-                )
+            if (
+                k < min(self.spec.max_workers, self._ceiling)
+                and owned + per_worker <= self.spec.budget
+            ):
+                new_k = k + 1
+                why = f"input-bound ({w.stall_fraction:.0%} of the time waiting for data)"
+                self._trial = (k, rate)
         elif (
             self.spec.workers
             and w.stall_fraction < SHRINK_WAIT
@@ -157,15 +179,15 @@ class Autotuner:
         if (
             self.spec.prefetch
             and new_k == k
-            and w.input_bound_steps >= JITTER_STEPS
-            and w.input_bound_steps * (w.steps - 1) >= 2  # not one late batch
-            and capacity >= 1.1 * rate
+            and stalled
+            and w.prefetch_occupancy >= BURSTY  # the queue fills, then runs dry: bursts
             and p < MAX_PREFETCH
+            and owned + k * loader.dataset.batch_nbytes() <= self.spec.budget
         ):
             new_p = p + 1
             why = (
-                f"{w.input_bound_steps:.0%} of steps waited while the workers keep up on "
-                "average: a deeper prefetch queue"
+                f"{w.input_bound_steps:.0%} of steps waited while the queue was "
+                f"{w.prefetch_occupancy:.0%} full on average: a deeper prefetch queue"
             )
         if (new_k, new_p) != (k, p):
             self._apply(loader, new_k, new_p, why)

@@ -138,10 +138,13 @@ class Window:
             "decode": w.get("decode", 0.0),
             "resize": max(0.0, w.get("sample", 0.0) - w.get("decode", 0.0) - w.get("tail", 0.0)),
             "tail": w.get("tail", 0.0),
-            "handoff": w.get("handoff", 0.0),
+            # suspended after a batch, less the wait for a place among the threads decoding
+            # at once (autotuned decode threads: ``gated``), which is nobody's work
+            "handoff": max(0.0, w.get("handoff", 0.0) - w.get("gated", 0.0)),
         }
         stages["assembly"] = max(
-            0.0, w.get("wall", 0.0) - w.get("read", 0.0) - w.get("sample", 0.0) - stages["handoff"]
+            0.0,
+            w.get("wall", 0.0) - w.get("read", 0.0) - w.get("sample", 0.0) - w.get("handoff", 0.0),
         )
         stages = {k: stages[k] for k in STAGES}
         total = sum(stages.values())

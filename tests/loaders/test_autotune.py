@@ -37,9 +37,12 @@ def _loader(photos: Path, batch: int = 2, **kw):
 def test_decode_threads_shrink_while_the_step_is_slow_and_grow_back(photos: Path) -> None:
     """Epoch 0 with a slow step: fewer threads decode (the loop never waits for them); epoch 1
     with no step: input-bound, the threads come back. Every batch is the one a fixed loader
-    with all threads gives: the plan's streams never change, only how many run at once."""
+    with as many threads as the plan's streams gives: those never change, only how many
+    threads decode at once."""
     auto = _loader(photos, num_workers="auto", worker_mode="thread")
-    fixed = _loader(photos, num_workers=CORES, worker_mode="thread")
+    streams = min(8, 2 * CORES)  # up to 2 threads a core; one a core decoding at first
+    assert auto.topology.num_workers == streams and auto.stats().workers == CORES
+    fixed = _loader(photos, num_workers=streams, worker_mode="thread")
     assert _epoch(auto, 0, step_s=0.02) == _epoch(fixed, 0)
     shrunk = auto.stats()
     assert shrunk.workers < CORES and "not input-bound" in shrunk.autotune
