@@ -243,10 +243,12 @@ def verdicts(shards: Path, log: list[str]) -> dict[str, Any]:
     return out
 
 
-def autotune(shards: Path, rounds: int, log: list[str]) -> dict[str, Any]:
+def autotune(
+    shards: Path, rounds: int, log: list[str], modes: tuple[str, ...] = ("process", "thread")
+) -> dict[str, Any]:
     base = dict(source=str(shards), epoch_size=3000, epochs=2, step_ms=25, memory=True)
     out: dict[str, Any] = {}
-    for mode in ("process", "thread"):
+    for mode in modes:
         fixed: dict[str, list[float]] = {}
         fixed2: dict[str, list[float]] = {}
         auto: list[dict[str, Any]] = []
@@ -333,6 +335,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "monitor-bench"))
     ap.add_argument("--only", default="overhead,truth,verdicts,autotune")
+    ap.add_argument("--autotune-modes", default="process,thread")
     args = ap.parse_args()
     shards = Path(args.data) / "shards"
     parts = set(args.only.split(","))
@@ -347,7 +350,8 @@ def main() -> None:
     if "verdicts" in parts:
         report["verdicts"] = verdicts(shards, log)
     if "autotune" in parts:
-        report["autotune"] = autotune(shards, min(args.rounds, 3), log)
+        modes = tuple(args.autotune_modes.split(","))
+        report["autotune"] = autotune(shards, min(args.rounds, 3), log, modes)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(report, indent=1))

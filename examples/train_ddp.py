@@ -53,7 +53,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=64, help="per rank")
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--workers", type=int, default=None, help="DataLoader workers per rank")
+    p.add_argument(
+        "--workers",
+        type=lambda v: v if v == "auto" else int(v),
+        default=None,
+        help='DataLoader workers per rank; "auto": tuned from what the loader measures',
+    )
     p.add_argument(
         "--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu"
     )
