@@ -22,7 +22,10 @@ a fresh process (``_one``); nothing else should run meanwhile. Measured:
    ``num_workers="auto", prefetch_factor="auto"``, worker processes and decode threads,
    ``--rounds`` rounds (at most 3); the first epoch's img/s; the process tree's owned memory
    (anonymous + shared PSS) sampled every 0.5 s in every run, against the budget; and "auto"
-   under a tight budget (this process + 1.5 workers).
+   under a tight budget (this process + 1.5 workers);
+5. ``duel`` (not in the default set): "auto" against the sweep's leading fixed settings
+   only, interleaved, ``--rounds`` rounds: the medians say more than a sweep's 3 rounds on a
+   machine whose runs vary by 20%.
 """
 
 from __future__ import annotations
@@ -307,6 +310,48 @@ def autotune(
     return out
 
 
+DUEL = {
+    "process": ("2x2", "2x4", "3x2", "3x4", "4x2"),
+    "thread": ("2x2", "3x2", "3x4", "4x2", "4x4"),
+}
+
+
+def duel(shards: Path, rounds: int, log: list[str], modes: tuple[str, ...]) -> dict[str, Any]:
+    """The sweep's leading fixed settings against "auto", interleaved (the order rotating),
+    ``rounds`` rounds: the first epoch's img/s, medians per setting."""
+    base = dict(source=str(shards), epoch_size=3000, epochs=2, step_ms=25)
+    out: dict[str, Any] = {}
+    for mode in modes:
+        names = ["auto", *DUEL[mode]]
+        got: dict[str, list[float]] = {n: [] for n in names}
+        for r in range(rounds):
+            for n in names[r % len(names) :] + names[: r % len(names)]:
+                if n == "auto":
+                    cfg = dict(base, mode=mode, workers="auto", prefetch="auto")
+                else:
+                    w, p = (int(x) for x in n.split("x"))
+                    cfg = dict(base, mode=mode, workers=w, prefetch=p)
+                got[n].append(run(cfg)["epochs"][0]["samples_per_s"])
+            log.append(
+                f"duel {mode} round {r}: " + ", ".join(f"{n} {v[-1]:.0f}" for n, v in got.items())
+            )
+            print(log[-1], flush=True)
+        med = {n: statistics.median(v) for n, v in got.items()}
+        best = max(DUEL[mode], key=lambda n: med[n])
+        out[mode] = {
+            "runs": got,
+            "median": med,
+            "best_fixed": best,
+            "auto_over_best": med["auto"] / med[best],
+        }
+        log.append(
+            f"duel {mode}: auto {med['auto']:.0f} img/s, best fixed {best} {med[best]:.0f}: "
+            f"{med['auto'] / med[best]:.3f} (medians of {rounds} interleaved rounds, first epoch)"
+        )
+        print(log[-1], flush=True)
+    return out
+
+
 def _tight() -> int:
     """This process's own memory as a fresh one holds it with torch loaded, + 1.5 workers."""
     from loaders.monitor.autotune import WORKER_ESTIMATE
@@ -352,6 +397,9 @@ def main() -> None:
     if "autotune" in parts:
         modes = tuple(args.autotune_modes.split(","))
         report["autotune"] = autotune(shards, min(args.rounds, 3), log, modes)
+    if "duel" in parts:
+        modes = tuple(args.autotune_modes.split(","))
+        report["duel"] = duel(shards, args.rounds, log, modes)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(report, indent=1))
