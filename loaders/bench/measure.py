@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from loaders.monitor.memory import rollup
 from wdstool.base.host import usable_cores
 
 
@@ -75,26 +76,18 @@ def _proc_stat(pid: int) -> tuple[float, float] | None:
 
 def _private_mb(pid: int) -> float | None:
     """Private (unshared) resident memory of a process, MB: what it alone adds."""
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            kb = sum(int(line.split()[1]) for line in f if line.startswith("Private_"))
-        return kb / 1024
-    except (OSError, ValueError, IndexError):
+    f = rollup(pid)
+    if not f:
         return None
+    return sum(v for k, v in f.items() if k.startswith("Private_")) / 1024
 
 
 def _pss_mb(pid: int) -> tuple[float, float] | None:
     """(PSS, anonymous PSS) of a process, MB, from /proc/<pid>/smaps_rollup."""
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            fields = {
-                ln.split(":")[0]: int(ln.split()[1])
-                for ln in f
-                if ln.split(":")[0].startswith("Pss")
-            }
-        return fields.get("Pss", 0) / 1024, fields.get("Pss_Anon", 0) / 1024
-    except (OSError, ValueError, IndexError):
+    f = rollup(pid)
+    if not f:
         return None
+    return f.get("Pss", 0) / 1024, f.get("Pss_Anon", 0) / 1024
 
 
 class PssSampler:
