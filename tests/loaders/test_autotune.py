@@ -36,7 +36,7 @@ def _loader(photos: Path, batch: int = 2, **kw):
 @needs_two
 def test_decode_threads_shrink_while_the_step_is_slow_and_grow_back(photos: Path) -> None:
     """Epoch 0 with a slow step: fewer threads decode (the loop never waits for them); epoch 1
-    with no step: input-bound, the threads come back. Every batch is the one a fixed loader
+    with no step: input-bound, a thread comes back. Every batch is the one a fixed loader
     with as many threads as the plan's streams gives: those never change, only how many
     threads decode at once."""
     auto = _loader(photos, num_workers="auto", worker_mode="thread")
@@ -48,11 +48,13 @@ def test_decode_threads_shrink_while_the_step_is_slow_and_grow_back(photos: Path
     shrunk = auto.stats()
     assert shrunk.workers < start and "not input-bound" in shrunk.autotune
     assert _epoch(auto, 1) == _epoch(fixed, 1)
-    grown = auto.stats()
-    assert grown.workers > shrunk.workers and "input-bound" in grown.autotune
-    whys = [why for *_, why in auto.autotuner.changes]
-    assert any(w.startswith("not input-bound") for w in whys)
-    assert any(w.startswith("input-bound") for w in whys)
+    # epoch 1 was input-bound: a thread came back (and stayed if it paid: under a busy
+    # machine, the parallel suite, a second thread may make no more, and is taken back)
+    grew = [c for c in auto.autotuner.changes if c[0] == 1 and c[4].startswith("input-bound")]
+    assert grew and grew[0][2] == shrunk.workers + 1, auto.autotuner.changes
+    after = auto.autotuner.changes[-1]
+    assert after == grew[-1] or "back to" in after[4], auto.autotuner.changes
+    assert any(why.startswith("not input-bound") for *_, why in auto.autotuner.changes)
 
 
 @needs_two
