@@ -70,7 +70,12 @@ class StreamingLoader(Watching):
         detected: bool = False,
     ) -> None:
         self.dataset = dataset
-        self.dataloader = dataloader
+        self._holder: list[Any] = [dataloader]  # what the finalizer below stops
+        # A loader dropped inside a reference cycle is freed by the garbage collector, which
+        # finalizes the DataLoader iterator's queues before the iterator can stop its persistent
+        # workers: each then takes torch's 5 s join timeout and a SIGTERM (a torch DataLoader in
+        # a cycle does the same). This callback runs before any of that, and stops them cleanly.
+        weakref.finalize(self, _stop_workers, self._holder).atexit = False
         self._dataloader_kwargs = dataloader_kwargs
         self.pin_memory = False  # pin batches here (worker_mode="thread": no pin-memory thread)
         self._detected = detected  # the topology came from the environment, not arguments
@@ -86,6 +91,15 @@ class StreamingLoader(Watching):
         self.exporters: list[Any] = []  # loaders.monitor.exporters: called as batches go by
         self._live: Any = None  # the DataLoader iterator of the pass running
         self.autotuner: Any = None  # loaders.monitor.autotune.Autotuner, for "auto" settings
+
+    @property
+    def dataloader(self) -> Any:
+        """The torch DataLoader (or the decode threads) the batches come from."""
+        return self._holder[0]
+
+    @dataloader.setter
+    def dataloader(self, value: Any) -> None:
+        self._holder[0] = value
 
     @classmethod
     def start(cls, dataset: ShardStreamDataset, *, detected: bool = False) -> StreamingLoader:
@@ -340,6 +354,13 @@ class EpochSampler:
 
     def set_epoch(self, epoch: int) -> None:
         self.loader.set_epoch(epoch)
+
+
+def _stop_workers(holder: list[Any]) -> None:
+    """Stop the persistent worker processes of the DataLoader in ``holder`` (if any)."""
+    stop = getattr(getattr(holder[0], "_iterator", None), "_shutdown_workers", None)
+    if stop is not None:
+        stop()
 
 
 def _where(counts: dict[str, int], why: dict[str, str] | None = None, most: int = 5) -> str:
