@@ -203,26 +203,13 @@ class BatchAssembler:
         replacement is not ``valid`` (it repeats another sample)."""
         last_good: Located | None = None
         pending = 0
-        clock, now = self.clock, time.perf_counter
         it = iter(samples)
-        while True:
-            if clock is not None:
-                t0 = now()
-                loc = next(it, None)
-                clock.read += now() - t0
-            else:
-                loc = next(it, None)
-            if loc is None:
-                break
+        # the stage clocks (loaders.monitor.clock): waiting for a sample, and its recipe
+        while (loc := counters.timed("read", next, it, None)) is not None:
             if loc.sample is not None:
                 self.bytes_read += sum(len(v) for v in loc.sample.parts.values())
             try:
-                if clock is not None:
-                    t0 = now()
-                    out = self._decode(loc)
-                    clock.sample += now() - t0
-                else:
-                    out = self._decode(loc)
+                out = counters.timed("sample", self._decode, loc)
                 last_good = loc
             except SampleError as exc:
                 if self.spec.on_error != "skip":

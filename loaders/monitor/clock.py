@@ -34,7 +34,6 @@ class WorkerClock:
     that time is the training step's)."""
 
     def __init__(self, *, thread: bool, handoff: bool = True) -> None:
-        self.enabled = counters.enabled
         self._cpu = time.thread_time if thread else time.process_time
         self._handoff = handoff
         # what this thread counted before the stream began is not its own; nor, in a worker
@@ -44,7 +43,7 @@ class WorkerClock:
 
     def _reset(self) -> None:
         self.wall0, self.cpu0 = time.perf_counter(), self._cpu()
-        self.read = self.sample = self.handoff = 0.0
+        self.handoff = 0.0
 
     def suspended(self, seconds: float) -> None:
         """The stream was suspended ``seconds`` after handing off a batch."""
@@ -55,15 +54,15 @@ class WorkerClock:
             self.cpu0 = self._cpu()
 
     def report(self, samples: int) -> dict[str, Any]:
-        """Seconds and counts since the last report (reset)."""
+        """Seconds and counts since the last report (reset): the thread's stage seconds
+        (``read`` and ``sample``, kept by the batch assembler through ``counters.timed``;
+        ``decode``, ``tail``), the process's events, and this clock's own."""
         now, cpu = time.perf_counter(), self._cpu()
         out = counters.take()
         out.update(
             samples=samples,
             wall=now - self.wall0,
             cpu=cpu - self.cpu0,
-            read=self.read,
-            sample=self.sample,
             handoff=self.handoff,
         )
         self._reset()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -140,13 +139,7 @@ class Recipe:
         if run is None:
             return as_tensor(img)
         kernels.install()  # bit-identical, faster uint8 sharpness/solarize (once)
-        if not counters.enabled:
-            return as_tensor(seeder(run, img, rng.getrandbits(63)))
-        t0 = time.perf_counter()
-        try:
-            return as_tensor(seeder(run, img, rng.getrandbits(63)))
-        finally:
-            counters.add_time("tail", time.perf_counter() - t0)
+        return as_tensor(counters.timed("tail", seeder, run, img, rng.getrandbits(63)))
 
     def _library_sample(
         self,
@@ -175,12 +168,7 @@ class Recipe:
             )
 
         def tail(img: Any) -> torch.Tensor:
-            t0 = time.perf_counter()
-            try:
-                return run_tail(img)
-            finally:
-                if counters.enabled:
-                    counters.add_time("tail", time.perf_counter() - t0)
+            return counters.timed("tail", run_tail, img)
 
         def run_tail(img: Any) -> torch.Tensor:
             for op in self.tail:

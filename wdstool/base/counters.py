@@ -18,6 +18,11 @@ the benchmark's "off"); events are always counted.
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 _local = threading.local()
 _events: dict[str, float] = {}
@@ -36,6 +41,17 @@ def add_time(stage: str, seconds: float) -> None:
     """Add ``seconds`` of this thread's wall time to ``stage``."""
     t = _times()
     t[stage] = t.get(stage, 0.0) + seconds
+
+
+def timed(stage: str, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``, its wall time added to this thread's ``stage`` (while ``enabled``)."""
+    if not enabled:
+        return fn(*args)
+    t0 = time.perf_counter()
+    try:
+        return fn(*args)
+    finally:
+        add_time(stage, time.perf_counter() - t0)
 
 
 def count(name: str, n: float = 1) -> None:
@@ -67,4 +83,4 @@ def take() -> dict[str, float]:
     return out
 
 
-__all__ = ["add_time", "count", "enabled", "forget", "take"]
+__all__ = ["add_time", "count", "enabled", "forget", "take", "timed"]

@@ -26,7 +26,6 @@ import io
 import logging
 import math
 import os
-import time
 import warnings
 from collections.abc import Callable
 from typing import NamedTuple
@@ -191,13 +190,7 @@ def decode_rgb(
 ) -> torch.Tensor:
     """Decode image bytes to a uint8 RGB tensor [3,H,W]; the format comes from the bytes.
     Its wall time counts as the ``decode`` stage (``wdstool.base.counters``)."""
-    if not counters.enabled:
-        return _decode_rgb(data, max_pixels, where)
-    t0 = time.perf_counter()
-    try:
-        return _decode_rgb(data, max_pixels, where)
-    finally:
-        counters.add_time("decode", time.perf_counter() - t0)
+    return counters.timed("decode", _decode_rgb, data, max_pixels, where)
 
 
 def _decode_rgb(data: bytes, max_pixels: int, where: str) -> torch.Tensor:
@@ -305,12 +298,10 @@ def decode_crop(
     box = scaled_box(top, left, h, w, scale) if scale != 1 else (top, left, h, w)
     t, x, bh, bw = (int(v) for v in box)
     out = torch.empty((bh, bw, 3), dtype=torch.uint8)
-    t0 = time.perf_counter()
     try:
-        done = _jpegcrop.decode_crop(data, x, t, bw, bh, out.numpy(), scale)
+        done = counters.timed(
+            "decode", _jpegcrop.decode_crop, data, x, t, bw, bh, out.numpy(), scale
+        )
     except ValueError:
         return None
-    finally:
-        if counters.enabled:
-            counters.add_time("decode", time.perf_counter() - t0)
     return out.permute(2, 0, 1) if done else None
