@@ -123,7 +123,8 @@ def _one(cfg: dict[str, Any]) -> dict[str, Any]:
         if loader.meter is not None:
             s = loader.stats()
             out["stats"] = s.as_dict()
-            out["verdict"] = str(loader.diagnose("epoch"))
+            verdict = loader.diagnose("epoch")
+            out["verdict"], out["cause"] = str(verdict), verdict.cause
             out["active"] = s.workers
         epochs.append(out)
     stop.set()
@@ -211,26 +212,10 @@ SCENARIOS = {
 
 
 def verdicts(shards: Path, log: list[str]) -> dict[str, Any]:
-    from loaders.config import LoaderConfig
-    from loaders.monitor import LoaderStats, Window, diagnose
-    from loaders.monitor.memory import Memory
-
     out = {}
     for name, (cfg, expect) in SCENARIOS.items():
         res = run(dict(source=str(shards), epoch_size=2000, **cfg))["epochs"][0]
-        st = res["stats"]
-        window = Window(**st["epoch_so_far"])
-        stats = LoaderStats(
-            **{
-                k: v
-                for k, v in st.items()
-                if k not in ("epoch_so_far", "recent", "memory", "all_epochs")
-            },
-            epoch_so_far=window,
-            recent=window,
-            memory=Memory(),
-        )
-        cause = diagnose(stats, LoaderConfig(), window="epoch").cause
+        cause = res["cause"]
         out[name] = {
             "verdict": res["verdict"],
             "cause": cause,

@@ -192,7 +192,6 @@ class StreamingLoader(Watching):
         self._recycle(-1, [])  # batches of the last pass dropped since
         expected = self.dataset.remaining_batches()
         budget = self._budget()
-        meter = self.meter
         it = self._live = iter(self.dataloader)
         ready = ready_probe(it, self.dataloader, self.config.workers)
         try:
@@ -245,9 +244,7 @@ class StreamingLoader(Watching):
             return
         if self._dataloader_kwargs is None or not w.num_workers or not num_workers:
             return
-        old = getattr(self.dataloader, "_iterator", None)
-        if old is not None and hasattr(old, "_shutdown_workers"):
-            old._shutdown_workers()
+        _stop_workers(self._holder)  # the last pass's persistent workers
         self.dataset.reconfigure(num_workers, prefetch_factor)
         self._dataloader_kwargs.update(num_workers=num_workers, prefetch_factor=prefetch_factor)
         self.dataloader = DataLoader(self.dataset, **self._dataloader_kwargs)

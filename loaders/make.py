@@ -232,7 +232,8 @@ def _auto_spec(
     num_workers: Any, prefetch_factor: Any, budget: Any, stats: bool, mode: str
 ) -> AutoSpec | None:
     """The autotuner's settings, or None where nothing is "auto" (a ConfigError for another
-    word, for "auto" without stats, or for a budget that is not a size)."""
+    word, for "auto" without stats, for a budget that is not a size, or for one below what
+    this process already holds)."""
     for name, value in (("num_workers", num_workers), ("prefetch_factor", prefetch_factor)):
         if isinstance(value, str) and value != "auto":
             raise ConfigError(f'{name}={value!r}: give an int or "auto"')
@@ -259,6 +260,12 @@ def _auto_spec(
             raise ConfigError(f"memory_budget: {exc}") from None
         if limit <= 0:
             raise ConfigError(f"memory_budget must be positive, got {budget!r}")
+    main = owned_memory()
+    if limit < main:
+        raise ConfigError(
+            f"memory_budget={limit / 1e6:.0f} MB is below what this process already holds "
+            f"({main / 1e6:.0f} MB); give the loader more"
+        )
     cap = 0
     if workers:  # decode threads: up to 2 per core (a thread waits on the GIL part of its time)
         cap = default_num_workers() if str(mode) == "process" else min(8, 2 * cores_per_rank())
@@ -266,21 +273,15 @@ def _auto_spec(
 
 
 def _first_workers(auto: AutoSpec | None, num_workers: Any, mode: str) -> int:
-    """The workers to start with. Decode threads: all the rank's cores (the plan's streams;
-    how many decode at once is gated from the first batch). Worker processes: as many as
-    the budget holds at :data:`WORKER_ESTIMATE` each beside this process, at least one; a
-    budget below what this process already holds is a ConfigError."""
+    """The workers to start with. Decode threads: the plan's streams, up to 2 a core (how
+    many decode at once is gated from the first batch: ``Autotuner.start``). Worker
+    processes: as many as the budget holds at :data:`WORKER_ESTIMATE` each beside this
+    process, at least one."""
     if auto is None or not auto.workers:
         return int(num_workers)
     if str(mode) == "thread":
         return auto.max_workers
-    main = owned_memory()
-    if auto.budget < main:
-        raise ConfigError(
-            f"memory_budget={auto.budget / 1e6:.0f} MB is below what this process already holds "
-            f"({main / 1e6:.0f} MB); give the loader more"
-        )
-    return max(1, min(auto.max_workers, (auto.budget - main) // WORKER_ESTIMATE))
+    return max(1, min(auto.max_workers, (auto.budget - owned_memory()) // WORKER_ESTIMATE))
 
 
 def _describe_auto(auto: AutoSpec, w: WorkerSettings) -> str:

@@ -89,7 +89,6 @@ class ThreadedBatches:
         self.dataset = dataset
         self.prefetch_factor = prefetch_factor
         self.queues: dict[int, queue.Queue] = {}  # the current pass's, per plan worker
-        self.next_queue: queue.Queue | None = None  # the queue the next batch comes from
         self.gate = Gate(1 << 30)  # decode threads at work at once (all, unless autotuned)
 
     def set_prefetch(self, depth: int) -> None:
@@ -104,8 +103,7 @@ class ThreadedBatches:
         workers = sorted({w for w, _b in order})
         queues = {w: queue.Queue(maxsize=self.prefetch_factor) for w in workers}
         self.queues = queues
-        self.next_queue: queue.Queue | None = queues[order[0][0]] if order else None
-        self.gate.want = order[0][0] if order else None
+        self.gate.want = order[0][0] if order else None  # the stream of the next batch
         stop = threading.Event()
 
         def produce(w: int) -> None:
@@ -149,7 +147,6 @@ class ThreadedBatches:
                 if item is _END:
                     raise RuntimeError(f"internal error: decode thread {w} ended early")
                 if i + 1 < len(order):  # where the batch after this one will come from
-                    self.next_queue = queues[order[i + 1][0]]
                     self.gate.want = order[i + 1][0]
                 yield item
         finally:

@@ -47,7 +47,7 @@ class Watching:
         """Is training waiting for this loader, and if so, why: a :class:`Verdict` whose
         ``str()`` is one line ("input-bound 34% of steps: decode 61% of worker time, ...").
         ``window``: ``"recent"`` (the last steps) or ``"epoch"`` (the epoch so far)."""
-        return diagnose(self.stats(memory=False), self.config, window=window)
+        return diagnose(self.stats(memory=False), window=window)
 
     def pids(self) -> list[int]:
         """This process and its worker processes (those of the pass running or the persistent
@@ -90,7 +90,7 @@ def ready_probe(it: Any, source: Any, workers: Any) -> Any:
 
         def ready_threads() -> tuple[float, bool]:
             n = sum(q.qsize() for q in source.queues.values())
-            nxt = source.next_queue
+            nxt = source.queues.get(source.gate.want)  # type: ignore[arg-type]
             return min(1.0, n / capacity), nxt is not None and nxt.qsize() > 0
 
         return ready_threads

@@ -31,7 +31,6 @@ from typing import Any
 from loaders.monitor.memory import owned_memory
 from loaders.monitor.stats import Window, _Sums
 from loaders.topology import cores_per_rank
-from wdstool.base.errors import ConfigError
 
 log = logging.getLogger("loaders.monitor")
 
@@ -71,7 +70,6 @@ class Autotuner:
         self._floor = 1  # a count found input-bound: not gone below again
         self._ceiling = spec.max_workers  # a count that did not pay: not gone above again
         self._trial: tuple[int, float] | None = None  # (workers, samples/s) before adding one
-        self._peak_owned = 0
 
     # --- what the loader calls ---------------------------------------------------------------
     def start(self, loader: Any) -> None:
@@ -79,13 +77,8 @@ class Autotuner:
         batch buffers, prefetch deep), the plan's streams at most."""
         if loader.config.workers.mode.value != "thread" or not self.spec.workers:
             return
-        main = owned_memory()
-        if self.spec.budget < main:
-            raise ConfigError(
-                f"memory_budget={self.spec.budget / 1e6:.0f} MB is below what this process "
-                f"already holds ({main / 1e6:.0f} MB); give the loader more"
-            )
-        per = self._per_worker(loader, main, 0, threads=True)
+        main = owned_memory()  # below the budget: make_loader checked
+        per = self._per_worker(loader, main, main, 0, threads=True)
         fit = (self.spec.budget - main) // per if per else loader.topology.num_workers
         # a thread a core and one more to begin with (a decode thread waits on the GIL part of
         # its time: 3 threads made 1.1-1.2x what 2 did on 2 cores here); more where it pays
@@ -122,7 +115,7 @@ class Autotuner:
     def _window(self, loader: Any) -> Window:
         now = loader.meter.epoch
         w = Window.of(_minus(now, self._since))
-        self._since = _copy(now)
+        self._since = _minus(now, _Sums())  # a copy
         return w
 
     def _decide(self, loader: Any, *, live: bool) -> None:
@@ -148,8 +141,8 @@ class Autotuner:
                     f"to {k0}",
                 )
                 return
-        owned = self._owned(loader)
-        per_worker = self._per_worker(loader, owned, k, threads)
+        owned, main = self._owned(loader)
+        per_worker = self._per_worker(loader, owned, main, k, threads)
         busy = sum(v for s, v in w.stages_s.items() if s != "handoff")
         capacity = w.samples * k / busy if busy > 0 else float("inf")  # samples/s, never blocked
         stalled = w.input_bound_steps >= JITTER_STEPS and w.input_bound_steps * (w.steps - 1) >= 2
@@ -204,19 +197,18 @@ class Autotuner:
             return min(loader.dataloader.gate.limit, loader.topology.num_workers)
         return loader.topology.num_workers
 
-    def _owned(self, loader: Any) -> int:
-        owned = loader.stats().memory.owned
-        self._peak_owned = max(self._peak_owned, owned)
-        return owned
+    def _owned(self, loader: Any) -> tuple[int, int]:
+        """The owned memory of the loader's processes, and of this (the main) one."""
+        each = [owned_memory(pid) for pid in loader.pids()]  # this process first
+        return sum(each), each[0]
 
-    def _per_worker(self, loader: Any, owned: int, k: int, threads: bool) -> int:
+    def _per_worker(self, loader: Any, owned: int, main: int, k: int, threads: bool) -> int:
         """What one more worker would add: a batch buffer per prefetch slot for a thread; for
         a process the tree's owned memory above the main process's, per worker (measured), or
         :data:`WORKER_ESTIMATE` before any ran."""
         slots = (loader.config.workers.prefetch_factor + 2) * loader.dataset.batch_nbytes()
         if threads:
             return slots
-        main = owned_memory()
         if k and owned > main:
             return max(slots, (owned - main) // k)
         return WORKER_ESTIMATE + slots
@@ -231,14 +223,6 @@ class Autotuner:
             loader.batches_delivered,
             self.last,
         )
-
-
-def _copy(s: _Sums) -> _Sums:
-    c = _Sums()
-    for name in _Sums.__slots__:
-        v = getattr(s, name)
-        setattr(c, name, dict(v) if isinstance(v, dict) else v)
-    return c
 
 
 def _minus(a: _Sums, b: _Sums) -> _Sums:

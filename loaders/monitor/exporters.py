@@ -72,7 +72,7 @@ class LogExporter(Exporter):
             s.epoch,
             step,
             s.recent.samples_per_s,
-            diagnose(s, loader.config),
+            diagnose(s),
         )
 
 

@@ -1,8 +1,8 @@
-"""Memory of the loader's process tree and of the host, read on demand (never per batch).
+"""Memory of the loader's processes and of the host, read on demand (never per batch).
 
-The tree is this process and its descendants (DataLoader workers, read-ahead and cache-fill
-threads live inside them). PSS counts a page shared by n processes 1/n in each, so the tree's
-PSS is what it costs the host; RSS counts shared pages (torch's libraries, the shared batch
+The loader's processes are the training process and its DataLoader workers (read-ahead and
+cache-fill threads live inside them). PSS counts a page shared by n processes 1/n in each, so
+their summed PSS is what they cost the host; RSS counts shared pages (torch's libraries, the shared batch
 pool) once per process. Read from ``/proc/PID/smaps_rollup`` (~6 ms for a process that has
 torch loaded: its kernel walks every mapping).
 """
@@ -17,8 +17,8 @@ import psutil
 
 @dataclass(frozen=True)
 class Memory:
-    """Bytes: the loader's process tree (``rss``, ``pss``; ``owned``: its anonymous and
-    shared-memory PSS, what the tree itself allocated, without the file pages of mapped shards
+    """Bytes: the loader's processes (``rss``, ``pss``; ``owned``: their anonymous and
+    shared-memory PSS, what they allocated, without the file pages of mapped shards
     and libraries that the kernel can drop; ``processes`` counted) and the host (``host_used``:
     total less available, ``host_total``)."""
 
@@ -28,10 +28,6 @@ class Memory:
     processes: int = 0
     host_used: int = 0
     host_total: int = 0
-
-    @property
-    def host_share(self) -> float:
-        return self.host_used / self.host_total if self.host_total else 0.0
 
 
 def rollup(pid: int) -> dict[str, int]:
@@ -47,20 +43,11 @@ def rollup(pid: int) -> dict[str, int]:
         return {}
 
 
-def tree_pids(pid: int | None = None) -> list[int]:
-    """``pid`` (default: this process) and its descendants."""
-    try:
-        root = psutil.Process(pid)
-        return [root.pid, *(c.pid for c in root.children(recursive=True))]
-    except psutil.Error:
-        return []
-
-
-def tree_memory(pids: list[int] | None = None) -> Memory:
-    """The memory of the processes ``pids`` (default: this process's tree) and of the host.
-    ~6 ms a process whose torch maps many libraries."""
+def tree_memory(pids: list[int]) -> Memory:
+    """The memory of the processes ``pids`` and of the host. ~6 ms a process whose torch maps
+    many libraries."""
     rss = pss = owned = n = 0
-    for p in tree_pids() if pids is None else pids:
+    for p in pids:
         f = rollup(p)
         if not f:  # ended meanwhile, or not ours to read
             continue
@@ -82,4 +69,4 @@ def host_total() -> int:
     return int(psutil.virtual_memory().total)
 
 
-__all__ = ["Memory", "host_total", "owned_memory", "rollup", "tree_memory", "tree_pids"]
+__all__ = ["Memory", "host_total", "owned_memory", "rollup", "tree_memory"]

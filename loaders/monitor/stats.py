@@ -226,7 +226,6 @@ class Meter:
     """The loader's side of the stats: fed one record per batch by ``StreamingLoader``."""
 
     def __init__(self, window: int = 50) -> None:
-        self.window = window
         self.epoch = _Sums()
         self.recent: deque[_Step] = deque(maxlen=window)
         self.total = _Sums()  # all epochs: what Prometheus' counters count
@@ -240,11 +239,6 @@ class Meter:
         self.recent.clear()
         self._first = True
         self._last_yield = None
-
-    def asked(self) -> float:
-        """The loop asks for a batch: the time its step took since the last batch (0 at
-        the first); returns the clock's reading."""
-        return time.perf_counter()
 
     def got(
         self,

@@ -1,8 +1,8 @@
 """``loader.diagnose()``: is training waiting for the loader, and if it is, what holds it back.
 
-A pure function of a :class:`~loaders.monitor.stats.LoaderStats` and the loader's settings
-(and the cores this rank may use), so it is tested on constructed numbers as well as on
-constructed bottlenecks. The rules, in order:
+A pure function of a :class:`~loaders.monitor.stats.LoaderStats` (which carries the settings
+in force) and the cores this rank may use, so it is tested on constructed numbers as well as
+on constructed bottlenecks. The rules, in order:
 
 1. fewer than 3 steps after the first: warming up;
 2. the loop waited for data (beyond what a ready batch costs: ``stall_fraction``) under 5% of
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loaders.config import LoaderConfig
 from loaders.monitor.stats import LoaderStats, Window
 from loaders.topology import cores_per_rank
 
@@ -56,11 +55,9 @@ class Verdict:
         return self.line
 
 
-def diagnose(
-    stats: LoaderStats, config: LoaderConfig, *, window: str = "recent", cores: int | None = None
-) -> Verdict:
-    """The verdict on ``stats``' ``window`` ("recent" or "epoch") for a loader of ``config``
-    (``cores``: those this rank may use; default: detected)."""
+def diagnose(stats: LoaderStats, *, window: str = "recent", cores: int | None = None) -> Verdict:
+    """The verdict on ``stats``' ``window`` ("recent" or "epoch"); ``cores``: those this rank
+    may use (default: detected)."""
     w: Window = stats.recent if window == "recent" else stats.epoch_so_far
     cores = cores_per_rank() if cores is None else cores
     wf, bound = w.stall_fraction, w.input_bound_steps

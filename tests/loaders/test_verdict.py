@@ -13,7 +13,6 @@ import torch
 from torchvision.transforms import v2
 
 from loaders import make_loader
-from loaders.config import LoaderConfig
 from loaders.monitor import LoaderStats, Window, diagnose
 from loaders.monitor.memory import Memory
 from tests.loaders.test_stats import FAST
@@ -37,7 +36,7 @@ def _run(loader, step_s: float = 0.0, epochs: int = 1) -> None:
 
 
 def _verdict(loader, cores: int = 2):
-    return diagnose(loader.stats(), loader.config, window="epoch", cores=cores)
+    return diagnose(loader.stats(), window="epoch", cores=cores)
 
 
 def test_a_throttled_storage_server_is_storage(photos: Path) -> None:
@@ -131,7 +130,7 @@ BUSY = {"read": 1.0, "decode": 6.0, "resize": 2.0, "tail": 0.0, "assembly": 1.0}
     ],
 )
 def test_rules_on_constructed_numbers(window: dict, cause: str) -> None:
-    v = diagnose(_stats(**window), LoaderConfig(), cores=4)
+    v = diagnose(_stats(**window), cores=4)
     assert v.cause == cause, v.line
     assert v.input_bound == (cause in ("handoff", "decode"))
     if cause == "decode":
@@ -140,6 +139,6 @@ def test_rules_on_constructed_numbers(window: dict, cause: str) -> None:
         )
         assert "4 workers at 97% CPU" in v.line
     # fewer workers than cores turns the same numbers into "more workers"
-    more = diagnose(replace(_stats(**window), workers=2), LoaderConfig(), cores=4)
+    more = diagnose(replace(_stats(**window), workers=2), cores=4)
     if cause == "decode":
         assert more.cause == "workers" and "num_workers=4" in more.advice
