@@ -16,7 +16,8 @@ pixels). The stages:
   one: torch sending it to the main process and the worker waiting for room in the prefetch
   queue (a full queue: the worker is ahead of the training loop).
 
-Two clock reads per sample and stage (~0.1 us each against ~1.5 ms of decoding a sample here).
+``counters.timed`` costs ~0.5 us a call here (a call and two clock reads): ~2 us a sample over
+its stages, against ~1.5 ms of decoding it.
 """
 
 from __future__ import annotations
