@@ -1,4 +1,5 @@
 """The compiled parts: wdstool/format/_jpegcrop.c (partial JPEG decode with libjpeg-turbo),
+wdstool/format/_jpegtran.c (restart markers added losslessly, for that decoder),
 wdstool/format/_mapread.c (guarded reads out of memory-mapped shards) and
 loaders/recipe/_pilresample.c (Pillow's resampling, bit for bit, vectorized).
 
@@ -15,6 +16,15 @@ setup(
         Extension(
             "wdstool.format._jpegcrop",
             ["wdstool/format/_jpegcrop.c"],
+            libraries=["jpeg"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
+        # restart markers added losslessly at pack time (the coefficient API), for the region
+        # decode above; without it `pack --restart-markers` keeps the original bytes
+        Extension(
+            "wdstool.format._jpegtran",
+            ["wdstool/format/_jpegtran.c"],
             libraries=["jpeg"],
             extra_compile_args=["-O2"],
             optional=True,

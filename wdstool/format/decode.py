@@ -97,6 +97,9 @@ _torchvision = _load_torchvision()
 _torchcodec = _load_torchcodec()
 # WDSTOOL_PARTIAL_DECODE=0 turns the partial decoder off (diagnosis, benchmarks)
 PARTIAL_DECODE = _jpegcrop is not None and os.environ.get("WDSTOOL_PARTIAL_DECODE", "1") != "0"
+# WDSTOOL_RESTART_DECODE=0 keeps the partial decoder off a JPEG's restart intervals (it then
+# decodes every row above a crop, as for a file without them): diagnosis, benchmarks
+RESTART_DECODE = os.environ.get("WDSTOOL_RESTART_DECODE", "1") != "0"
 
 
 def _codec() -> Codec | None:
@@ -284,8 +287,9 @@ def decode_crop(
     data: bytes, top: float, left: float, h: float, w: float, *, scale: int = 1
 ) -> torch.Tensor | None:
     """The [3,h,w] uint8 rectangle of a JPEG, decoding only what it needs (rows above it are
-    skipped, columns outside a band around it and rows below it never decoded); the pixels a
-    whole-image ``decode_rgb`` has there. With ``scale`` 2, 4 or 8 the image is decoded at
+    skipped, columns outside a band around it and rows below it never decoded; in a file cut
+    into restart intervals, such as ``pack --restart-markers`` writes, only the intervals that
+    cover the rectangle are read at all); the pixels a whole-image ``decode_rgb`` has there. With ``scale`` 2, 4 or 8 the image is decoded at
     that reduction in the DCT domain and the result is the rectangle's ``scaled_box``: the
     pixels of libjpeg's whole scaled decode there (the box may then be fractional; at scale 1
     it is whole pixels). None where this decoder is not built or not
@@ -300,7 +304,7 @@ def decode_crop(
     out = torch.empty((bh, bw, 3), dtype=torch.uint8)
     try:
         done = counters.timed(
-            "decode", _jpegcrop.decode_crop, data, x, t, bw, bh, out.numpy(), scale
+            "decode", _jpegcrop.decode_crop, data, x, t, bw, bh, out.numpy(), scale, RESTART_DECODE
         )
     except ValueError:
         return None
