@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from shard_writer.image import BadImage, prepare_image
+from shard_writer.image import BadImage
 from shard_writer.probe import EncodeOptions
 from shard_writer.reshard_plan import Carried
 from shard_writer.tar_sources import Piece
@@ -136,9 +136,7 @@ class CopyTask:
         if (p, m) != sample.image or sample.payload < 0:
             return data
         try:
-            return prepare_image(
-                bytes(data), max_side=self.encode.max_side, quality=self.encode.quality
-            ).payload
+            return self.encode.apply(bytes(data)).payload
         except BadImage as exc:
             url = self.sources[piece.shard]
             raise InputError(

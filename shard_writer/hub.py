@@ -24,11 +24,11 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
-from shard_writer.image import BadImage, prepare_image
+from shard_writer.image import BadImage
 from shard_writer.listing import _folder, _jsonable, _labels, _text_value
 from shard_writer.listing_read import PARQUET_HINT, Row
 from shard_writer.options import PackOptions
-from shard_writer.probe import EncodeOptions, ImageInfo, sort_probed
+from shard_writer.probe import EncodeOptions, ImageInfo, info_of, sort_probed
 from shard_writer.scan import Scan, Skipped, SourceFile
 from shard_writer.write import ShardTask
 from wdstool.base.credentials import redact
@@ -222,16 +222,11 @@ def _probe_group(
             out.append("no image (null or empty)")
             continue
         try:
-            img = prepare_image(
-                data,
-                verify_decode=encode.verify_decode,
-                max_side=encode.max_side,
-                quality=encode.quality,
-            )
+            img = encode.apply(data, verify_decode=encode.verify_decode)
         except BadImage as exc:
             out.append(str(exc))
             continue
-        out.append(ImageInfo(img.ext, img.width, img.height, img.fmt, len(img.payload), len(data)))
+        out.append(info_of(img, len(data)))
     return out
 
 
@@ -313,9 +308,7 @@ class HubShardTask(ShardTask):
             payload = data
             if self.encode.reencode:
                 try:
-                    payload = prepare_image(
-                        data, max_side=self.encode.max_side, quality=self.encode.quality
-                    ).payload
+                    payload = self.encode.apply(data).payload
                 except BadImage as exc:
                     raise InputError(self.describe_row(f, str(exc))) from None
             if len(payload) != info.payload_size:

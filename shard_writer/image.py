@@ -3,6 +3,8 @@
 By default an image is not decoded: its header is parsed (format, width, height), its end marker
 checked (JPEG EOI, PNG IEND) to catch the common truncated download, and its original bytes are
 copied. ``verify_decode`` decodes it fully. ``max_side``/``quality`` re-encode it as JPEG.
+``restart_markers`` rewrites a large JPEG (as given or re-encoded) with restart intervals, the
+same coefficients (``wdstool.format.restart``), so that the loaders decode only a crop's part.
 The member extension comes from the bytes, never from the file name.
 """
 
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from PIL import Image, UnidentifiedImageError
 
 from wdstool.format.images import FORMAT_EXT, MAX_PIXELS, end_problem, fast_header
+from wdstool.format.restart import add_restarts
 
 
 class BadImage(Exception):
@@ -28,6 +31,8 @@ class PreparedImage:
     width: int
     height: int
     fmt: str
+    # restart markers, when asked: "added", or why the bytes were kept as they are
+    restarts: str = ""
 
 
 def _check_end(data: bytes, fmt: str) -> None:
@@ -42,8 +47,19 @@ def prepare_image(
     verify_decode: bool = False,
     max_side: int | None = None,
     quality: int | None = None,
+    restart_markers: bool = False,
 ) -> PreparedImage:
     """Validate ``data`` and return the bytes to store; raise BadImage with the reason."""
+    img = _prepare(data, verify_decode, max_side, quality)
+    if not restart_markers:
+        return img
+    new = add_restarts(img.payload, (img.width, img.height))
+    return PreparedImage(new.data, img.ext, img.width, img.height, img.fmt, new.kept or "added")
+
+
+def _prepare(
+    data: bytes, verify_decode: bool, max_side: int | None, quality: int | None
+) -> PreparedImage:
     if not data:
         raise BadImage("empty file")
     fast = (

@@ -11,6 +11,8 @@ from shard_writer.layout import LayoutOptions
 from shard_writer.listing import ListingColumns
 from shard_writer.probe import EncodeOptions
 from wdstool.base.errors import ConfigError, OnError
+from wdstool.format.restart import MIN_PIXELS, TARGET_WIDTH
+from wdstool.format.restart import available as restart_available
 
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 ENGINES = ("local", "ray")
@@ -34,6 +36,9 @@ class WriteOptions:
     on_error: OnError = OnError.SKIP
     max_side: int | None = None
     quality: int | None = None
+    # rewrite large JPEGs with restart intervals (lossless) so the loaders decode only a crop's
+    # part; off by default: a whole decode of such a file is ~5% slower (bench/restart_bench.py)
+    restart_markers: bool = False
     overwrite: bool = False
     append: bool = False  # a new version of the data set in DEST (shards after its last one)
     sync: bool = True  # fsync shards before index.json (durability; not part of the output)
@@ -49,6 +54,11 @@ class WriteOptions:
             raise ConfigError(f"max_side={self.max_side}: must be >= 8 pixels")
         if self.quality is not None and not 1 <= self.quality <= 100:
             raise ConfigError(f"quality={self.quality}: must be within 1..100")
+        if self.restart_markers and not restart_available():
+            raise ConfigError(
+                "restart_markers=True: this build has no JPEG transcoder (the C extension needs "
+                "a C compiler and libjpeg headers: apt install libjpeg-dev, then reinstall)"
+            )
         if self.engine not in ENGINES:
             raise ConfigError(f"engine={self.engine!r}: choose one of {', '.join(ENGINES)}")
         if self.append and self.overwrite:
@@ -71,7 +81,17 @@ class WriteOptions:
 
     @property
     def encode(self) -> EncodeOptions:
-        return EncodeOptions(max_side=self.max_side, quality=self.quality)
+        return EncodeOptions(
+            max_side=self.max_side, quality=self.quality, restart_markers=self.restart_markers
+        )
+
+    def _encoding(self) -> dict[str, Any]:
+        """The recorded re-encoding options; restart markers only when asked, so that the
+        fingerprint of every data set written without them stays what it was."""
+        out: dict[str, Any] = {"max_side": self.max_side, "quality": self.quality}
+        if self.restart_markers:
+            out["restart_markers"] = {"target_width": TARGET_WIDTH, "min_pixels": MIN_PIXELS}
+        return out
 
     def _limits(self) -> dict[str, Any]:
         """The recorded options every writer shares (in the order pack always recorded them:
@@ -119,7 +139,10 @@ class PackOptions(WriteOptions):
     @property
     def encode(self) -> EncodeOptions:
         return EncodeOptions(
-            verify_decode=self.verify_decode, max_side=self.max_side, quality=self.quality
+            verify_decode=self.verify_decode,
+            max_side=self.max_side,
+            quality=self.quality,
+            restart_markers=self.restart_markers,
         )
 
     def recorded(self) -> dict[str, Any]:
@@ -127,8 +150,7 @@ class PackOptions(WriteOptions):
         return {
             **self._limits(),
             "verify_decode": self.verify_decode,
-            "max_side": self.max_side,
-            "quality": self.quality,
+            **self._encoding(),
         }
 
 
@@ -203,8 +225,7 @@ class ReshardOptions(WriteOptions):
         return {
             "command": "reshard",
             **self._limits(),
-            "max_side": self.max_side,
-            "quality": self.quality,
+            **self._encoding(),
             "dedupe": self.dedupe,
             "rename_collisions": self.rename_collisions,
             **key_lists,

@@ -13,9 +13,12 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import sys
+from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
+from typing import Any
 
 from shard_writer import sources
 from shard_writer.image import BadImage, PreparedImage, prepare_image
@@ -34,10 +37,22 @@ class EncodeOptions:
     verify_decode: bool = False
     max_side: int | None = None
     quality: int | None = None
+    restart_markers: bool = False
 
     @property
     def reencode(self) -> bool:
-        return self.max_side is not None or self.quality is not None
+        """Whether the stored bytes may differ from the source's."""
+        return self.max_side is not None or self.quality is not None or self.restart_markers
+
+    def apply(self, data: bytes, *, verify_decode: bool = False) -> PreparedImage:
+        """The image to store for ``data`` (BadImage with the reason when it cannot be)."""
+        return prepare_image(
+            data,
+            verify_decode=verify_decode,
+            max_side=self.max_side,
+            quality=self.quality,
+            restart_markers=self.restart_markers,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +65,21 @@ class ImageInfo:
     fmt: str
     payload_size: int
     source_size: int = -1  # bytes of the source file (learned here when the scan did not stat it)
+    restarts: str = ""  # PreparedImage.restarts
+
+
+def info_of(img: PreparedImage, source_size: int) -> ImageInfo:
+    restarts = sys.intern(img.restarts)  # one string per reason, not per image
+    return ImageInfo(
+        img.ext, img.width, img.height, img.fmt, len(img.payload), source_size, restarts
+    )
+
+
+def restart_counts(infos: Iterable[ImageInfo]) -> dict[str, Any]:
+    """What ``restart_markers`` did: {"added": n, "kept": {reason: n}} (the pack summary's)."""
+    reasons = Counter(i.restarts for i in infos if i.restarts)
+    added = reasons.pop("added", 0)
+    return {"added": added, "kept": dict(sorted(reasons.items()))}
 
 
 def read_source(url: str, expected_size: int | None, storage_options: dict | None = None) -> bytes:
@@ -126,13 +156,10 @@ def probe_one(
     url = locate(root, f)
     size = f.size if f.size >= 0 else source_size(url, storage_options)
     if encode.verify_decode or encode.reencode:
-        img = prepare_image(
-            read_source(url, size, storage_options),
-            verify_decode=encode.verify_decode,
-            max_side=encode.max_side,
-            quality=encode.quality,
+        img = encode.apply(
+            read_source(url, size, storage_options), verify_decode=encode.verify_decode
         )
-        return ImageInfo(img.ext, img.width, img.height, img.fmt, len(img.payload), size)
+        return info_of(img, size)
     if size == 0:
         raise BadImage("empty file")
     sample = _head_and_tail(url, size, storage_options)
@@ -210,7 +237,7 @@ def payload_for(
     data = read_source(locate(root, f), f.size, storage_options)
     if not encode.reencode:
         return data, len(data)
-    img: PreparedImage = prepare_image(data, max_side=encode.max_side, quality=encode.quality)
+    img = encode.apply(data)
     if len(img.payload) != info.payload_size:
         raise BadImage("re-encoding gave a different size than when probed (changed during pack?)")
     return img.payload, len(data)

@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from shard_writer.image import BadImage, prepare_image
+from shard_writer.image import BadImage
 from shard_writer.probe import EncodeOptions
 from wdstool.base.errors import InputError, ShardError, StorageError, WdsToolError
 from wdstool.base.remote import open_shard
@@ -180,7 +180,7 @@ def _read_images(
 def _reencoded(s: Found, data: bytes, suffix: str, encode: EncodeOptions) -> tuple[int, str, str]:
     """(stored size, the member's new suffix or "", problem) of a re-encoded image member."""
     try:
-        img = prepare_image(data, max_side=encode.max_side, quality=encode.quality)
+        img = encode.apply(data)
     except BadImage as exc:
         return -1, "", f"{s.key}{suffix}: {exc}"
     stem, _, ext = suffix.rpartition(".")

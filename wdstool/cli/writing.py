@@ -70,6 +70,15 @@ def write_options(
             help="Re-encode every image as JPEG at this quality (90 with --max-side alone).",
         ),
         option(
+            "--restart-markers",
+            is_flag=True,
+            help="Rewrite JPEGs of 1 MP and more with restart markers every ~64 px of a row "
+            "(lossless: the same DCT coefficients, checked; optimized Huffman tables, one "
+            "baseline scan, EXIF/ICC kept), so that the loaders decode only the part of the "
+            "file a crop covers: ~1.5x faster crops of large images. Every JPEG reader reads "
+            "them; a whole decode is ~5% slower. Smaller images keep their bytes.",
+        ),
+        option(
             "--on-error",
             type=click.Choice(["skip", "raise", "fail"]),
             callback=lambda _ctx, _param, value: "raise" if value == "fail" else value,
@@ -199,6 +208,13 @@ def print_summary(summary: Any, *, as_json: bool, quiet: bool, verb: str, noun: 
     for what in ("renamed", "duplicates"):
         if summary.extra.get(what):
             click.echo(f"  {what}: {summary.extra[what]}")
+    restarts = summary.extra.get("restart_markers")
+    if restarts:
+        kept = ", ".join(f"{why}: {n}" for why, n in restarts["kept"].items())
+        click.echo(
+            f"  restart markers: added to {restarts['added']} images"
+            + (f"; kept as they were: {kept}" if kept else "")
+        )
     per_node = summary.extra.get("shards_per_node")
     if per_node:
         click.echo(
