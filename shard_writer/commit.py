@@ -11,6 +11,7 @@ markers, sizes and sha256 agree), run the other tasks on the engine, fsync, writ
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -113,6 +114,8 @@ def commit(
     dest.write_bytes(MANIFEST_NAME, manifest.dumps())
     dest.remove(STATE_DIR)
     extra = dict(job.extra)
+    if job.options.restart_markers:
+        extra["restart_markers"] = restart_summary(outcomes)
     if manifest.versions:
         extra.update(
             version=manifest.versions[-1].number,
@@ -133,3 +136,12 @@ def commit(
         workers=engine.workers,
         extra=extra,
     )
+
+
+def restart_summary(outcomes: Sequence[ShardOutcome]) -> dict[str, Any]:
+    """What ``restart_markers`` did over every shard: {"added": n, "kept": {reason: n}}."""
+    total: Counter[str] = Counter()
+    for o in outcomes:
+        total.update(o.restarts)
+    added = total.pop("added", 0)
+    return {"added": added, "kept": dict(sorted(total.items()))}

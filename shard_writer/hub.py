@@ -28,7 +28,7 @@ from shard_writer.image import BadImage
 from shard_writer.listing import _folder, _jsonable, _labels, _text_value
 from shard_writer.listing_read import PARQUET_HINT, Row
 from shard_writer.options import PackOptions
-from shard_writer.probe import EncodeOptions, ImageInfo, info_of, sort_probed
+from shard_writer.probe import EncodeOptions, ImageInfo, Payload, info_of, rewritten, sort_probed
 from shard_writer.scan import Scan, Skipped, SourceFile
 from shard_writer.write import ShardTask
 from wdstool.base.credentials import redact
@@ -294,7 +294,7 @@ class HubShardTask(ShardTask):
     struct: bool = True
     group_rows: tuple[int, ...] = ()
 
-    def payloads(self) -> Iterator[tuple[bytes, int]]:
+    def payloads(self) -> Iterator[Payload]:
         starts = _starts(self.group_rows)
         current, values = -1, []
         for f, info in zip(self.spec.samples, self.spec.infos, strict=True):
@@ -305,17 +305,15 @@ class HubShardTask(ShardTask):
                 )
                 current = group
             data = values[f.index - starts[group]] or b""
-            payload = data
-            if self.encode.reencode:
-                try:
-                    payload = self.encode.apply(data).payload
-                except BadImage as exc:
-                    raise InputError(self.describe_row(f, str(exc))) from None
-            if len(payload) != info.payload_size:
+            try:
+                payload = rewritten(data, info, self.encode)
+            except BadImage as exc:
+                raise InputError(self.describe_row(f, str(exc))) from None
+            if not self.encode.rewrites and len(data) != info.payload_size:
                 raise InputError(
                     self.describe_row(f, "changed during pack (another size than when probed)")
                 )
-            yield payload, len(data)
+            yield payload
 
     @property
     def root_url(self) -> str:

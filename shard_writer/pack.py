@@ -28,7 +28,7 @@ from shard_writer.layout import Numbering, plan_layout
 from shard_writer.listing import scan_source
 from shard_writer.members import mixed_image_members
 from shard_writer.options import PackOptions, PackSummary, ProgressFn
-from shard_writer.probe import probe_files, restart_counts
+from shard_writer.probe import probe_files
 from shard_writer.publish import fingerprint
 from shard_writer.scan import Scan, SourceFile
 from shard_writer.write import ShardTask
@@ -145,7 +145,6 @@ def _pack(
         appended=appended,
         inputs=(src,),
         next_key=numbering.first_key + len(scan.files),
-        extra={"restart_markers": restart_counts(infos)} if options.restart_markers else {},
     )
     return commit(job, eng, started, progress, on_total)
 

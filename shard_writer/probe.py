@@ -14,11 +14,10 @@ import errno
 import os
 import stat
 import sys
-from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import NamedTuple
 
 from shard_writer import sources
 from shard_writer.image import BadImage, PreparedImage, prepare_image
@@ -41,8 +40,15 @@ class EncodeOptions:
 
     @property
     def reencode(self) -> bool:
-        """Whether the stored bytes may differ from the source's."""
-        return self.max_side is not None or self.quality is not None or self.restart_markers
+        """Whether the stored bytes are encoded anew (their size is learned by encoding)."""
+        return self.max_side is not None or self.quality is not None
+
+    @property
+    def rewrites(self) -> bool:
+        """Whether the stored bytes may differ from the source's. Restart markers alone never
+        make an image larger (``add_restarts``), so the probe plans with the source's size
+        and only the writer rewrites it, once."""
+        return self.reencode or self.restart_markers
 
     def apply(self, data: bytes, *, verify_decode: bool = False) -> PreparedImage:
         """The image to store for ``data`` (BadImage with the reason when it cannot be)."""
@@ -73,13 +79,6 @@ def info_of(img: PreparedImage, source_size: int) -> ImageInfo:
     return ImageInfo(
         img.ext, img.width, img.height, img.fmt, len(img.payload), source_size, restarts
     )
-
-
-def restart_counts(infos: Iterable[ImageInfo]) -> dict[str, Any]:
-    """What ``restart_markers`` did: {"added": n, "kept": {reason: n}} (the pack summary's)."""
-    reasons = Counter(i.restarts for i in infos if i.restarts)
-    added = reasons.pop("added", 0)
-    return {"added": added, "kept": dict(sorted(reasons.items()))}
 
 
 def read_source(url: str, expected_size: int | None, storage_options: dict | None = None) -> bytes:
@@ -226,18 +225,33 @@ def sort_probed(
     return good, infos, skipped
 
 
+class Payload(NamedTuple):
+    """What the writer stores for one image: ``data``, the source bytes read (``nread``), and
+    what ``restart_markers`` did with it (PreparedImage.restarts: "" when not asked)."""
+
+    data: bytes
+    nread: int
+    restarts: str = ""
+
+
+def rewritten(data: bytes, info: ImageInfo, encode: EncodeOptions) -> Payload:
+    """The bytes to store for ``data``, a probed input's, at write time: re-encoded (the size
+    the probe learned) and/or with restart markers (at most the planned size)."""
+    if not encode.rewrites:
+        return Payload(data, len(data))
+    img = encode.apply(data)
+    planned = info.payload_size
+    if len(img.payload) != planned and (encode.reencode or len(img.payload) > planned):
+        raise BadImage("re-encoding gave a different size than when probed (changed during pack?)")
+    return Payload(img.payload, len(data), img.restarts)
+
+
 def payload_for(
     root: str,
     f: SourceFile,
     info: ImageInfo,
     encode: EncodeOptions,
     storage_options: dict | None = None,
-) -> tuple[bytes, int]:
-    """(bytes to store, source bytes read) for a probed input, at write time."""
-    data = read_source(locate(root, f), f.size, storage_options)
-    if not encode.reencode:
-        return data, len(data)
-    img = encode.apply(data)
-    if len(img.payload) != info.payload_size:
-        raise BadImage("re-encoding gave a different size than when probed (changed during pack?)")
-    return img.payload, len(data)
+) -> Payload:
+    """What to store for a probed input, read from its source at write time."""
+    return rewritten(read_source(locate(root, f), f.size, storage_options), info, encode)

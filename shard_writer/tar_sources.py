@@ -130,7 +130,7 @@ def scan_shard(
                 piece = Piece(shard, span.start, span.end, members)
                 problem = _unsafe(span.key, members)
                 samples.append(Found(span.key, piece, image_member(members), problem=problem))
-        if digest or encode.reencode:
+        if digest or encode.rewrites:
             samples = _read_images(url, storage_options, samples, digest, encode)
     except WdsToolError as exc:
         return ShardScan(shard=shard, samples=tuple(samples), damage=exc.message)
@@ -169,7 +169,7 @@ def _read_images(
                 raise ShardError(f"{url}: truncated member data at offset {off}")
             h = hashlib.sha256(data).digest() if digest else None
             payload, new_suffix, problem = -1, "", ""
-            if encode.reencode:
+            if encode.rewrites:  # reshard learns the stored size by rewriting
                 payload, new_suffix, problem = _reencoded(s, data, suffix, encode)
             out.append(
                 Found(s.key, s.piece, s.image, h, payload, new_suffix, problem)  # same piece

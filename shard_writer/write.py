@@ -14,15 +14,16 @@ import json
 import os
 import queue
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from shard_writer.dest import STATE_DIR, Destination, ETagHasher
 from shard_writer.image import BadImage
 from shard_writer.layout import ShardSpec
 from shard_writer.members import sample_members
-from shard_writer.probe import EncodeOptions, payload_for
+from shard_writer.probe import EncodeOptions, Payload, payload_for
 from shard_writer.scan import describe
 from wdstool.base.errors import DestinationError, InputError
 from wdstool.format.tar_write import END, write_member
@@ -42,8 +43,8 @@ class ShardTask:
     def name(self) -> str:
         return self.spec.name
 
-    def payloads(self) -> Iterator[tuple[bytes, int]]:
-        """(bytes to store, source bytes read) of each sample's image, in the shard's order."""
+    def payloads(self) -> Iterator[Payload]:
+        """What to store of each sample's image, in the shard's order."""
         for f, info in zip(self.spec.samples, self.spec.infos, strict=True):
             try:
                 yield payload_for(self.root, f, info, self.encode, self.storage_options)
@@ -68,9 +69,11 @@ class ShardOutcome:
     sha256: str
     source_bytes: int
     etag: str | None = None  # as stored (remote destinations)
+    # what restart_markers did to its images: {"added": n, reason kept: n, ...}
+    restarts: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "name": self.name,
             "nsamples": self.nsamples,
             "filesize": self.filesize,
@@ -78,6 +81,7 @@ class ShardOutcome:
             "source_bytes": self.source_bytes,
             "etag": self.etag,
         }
+        return {**out, "restarts": self.restarts} if self.restarts else out
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> ShardOutcome:
@@ -88,6 +92,7 @@ class ShardOutcome:
             sha256=str(obj["sha256"]),
             source_bytes=int(obj.get("source_bytes", 0)),
             etag=obj.get("etag"),
+            restarts={str(k): int(v) for k, v in obj.get("restarts", {}).items()},
         )
 
 
@@ -182,25 +187,28 @@ class _BackgroundWriter:
 
 def _write_samples(
     task: ShardTask, write: Callable[[bytes], None], on_sample: Callable[[int], None] | None
-) -> tuple[int, int, int]:
-    """Stream every sample of the shard as tar members; (samples, tar bytes, source bytes)."""
+) -> tuple[int, int, int, dict[str, int]]:
+    """Stream every sample of the shard as tar members; (samples, tar bytes, source bytes,
+    what restart_markers did)."""
     spec = task.spec
     nsamples = filesize = source_bytes = 0
+    restarts: Counter[str] = Counter()
     payloads = task.payloads()
-    for f, info, key, (payload, nread) in zip(
-        spec.samples, spec.infos, spec.keys, payloads, strict=True
-    ):
-        for name, data in sample_members(f, info, key, payload, task.classes):
+    for f, info, key, got in zip(spec.samples, spec.infos, spec.keys, payloads, strict=True):
+        for name, data in sample_members(f, info, key, got.data, task.classes):
             filesize += write_member(write, name, data)
         nsamples += 1
-        source_bytes += nread
+        source_bytes += got.nread
+        if got.restarts:
+            restarts[got.restarts] += 1
         if on_sample is not None:
-            on_sample(nread)
+            on_sample(got.nread)
     write(END)
-    return nsamples, filesize + len(END), source_bytes
+    return nsamples, filesize + len(END), source_bytes, dict(restarts)
 
 
-Producer = Callable[[Callable[[bytes], None]], tuple[int, int, int]]
+# writes the tar's bytes; (samples, tar bytes, source bytes[, what restart_markers did])
+Producer = Callable[[Callable[[bytes], None]], tuple[Any, ...]]
 
 
 def write_published(
@@ -212,12 +220,14 @@ def write_published(
     dest = Destination(dest_url, storage_options)
     tmp = dest.temp_path(name)
     nsamples = filesize = source_bytes = 0
+    restarts: dict[str, int] = {}
     try:
         try:
             with open(tmp, "wb", buffering=0) as out:
                 sink = _BackgroundWriter(out, etag=None if dest.local else ETagHasher())
                 try:
-                    nsamples, filesize, source_bytes = produce(sink.write)
+                    nsamples, filesize, source_bytes, *more = produce(sink.write)
+                    restarts = more[0] if more else {}
                     sink.close()
                 except BaseException:
                     sink.abort()
@@ -241,6 +251,7 @@ def write_published(
         sha256=sink.digest.hexdigest(),
         source_bytes=source_bytes,
         etag=stored_etag,
+        restarts=restarts,
     )
     dest.write_bytes(marker_name(name), json.dumps(outcome.to_json()).encode("ascii"))
     return outcome

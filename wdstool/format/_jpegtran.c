@@ -16,7 +16,7 @@
  * the original's, block by block, with the quantization tables and sampling factors. Equal
  * coefficients, tables and sampling decode to equal pixels with any decoder.
  *
- * restart(data, target_width=64) -> (bytes | None, str)
+ * restart(data, target_width=64, verify=True) -> (bytes | None, str)
  *   The rewritten file and its interval in MCUs as text ("k=4"), or None and the reason the
  *   original is better kept: arithmetic coding, a colour space other than grey/YCbCr/RGB
  *   (CMYK, YCCK), libjpeg warned about corrupt data, or the check failed.
@@ -102,7 +102,7 @@ static int same_coefficients(j_decompress_ptr a, jvirt_barray_ptr *ca, j_decompr
 
 enum { WRITTEN = 0, KEPT = 1, FAILED = 2 };
 
-static int transcode(const unsigned char *data, size_t size, unsigned int target,
+static int transcode(const unsigned char *data, size_t size, unsigned int target, int verify,
                      unsigned char **out, unsigned long *out_size, const char **why,
                      unsigned int *interval, struct guard *g) {
   struct jpeg_decompress_struct src, check;
@@ -170,6 +170,11 @@ static int transcode(const unsigned char *data, size_t size, unsigned int target
   jpeg_destroy_compress(&dst);
   have_dst = 0;
 
+  if (!verify) {
+    jpeg_finish_decompress(&src);
+    jpeg_destroy_decompress(&src);
+    return WRITTEN;
+  }
   /* the check: read the new file's coefficients back and compare */
   jpeg_create_decompress(&check);
   have_check = 1;
@@ -195,17 +200,18 @@ static int transcode(const unsigned char *data, size_t size, unsigned int target
 static PyObject *restart(PyObject *self, PyObject *args) {
   Py_buffer data;
   unsigned int target = 64, interval = 0;
+  int verify = 1;
   unsigned char *out = NULL;
   unsigned long out_size = 0;
   const char *why = "";
   struct guard g;
   int status;
   (void)self;
-  if (!PyArg_ParseTuple(args, "y*|I", &data, &target)) return NULL;
+  if (!PyArg_ParseTuple(args, "y*|Ip", &data, &target, &verify)) return NULL;
   if (target == 0) target = 1;
   Py_BEGIN_ALLOW_THREADS
-  status = transcode((const unsigned char *)data.buf, (size_t)data.len, target, &out, &out_size,
-                     &why, &interval, &g);
+  status = transcode((const unsigned char *)data.buf, (size_t)data.len, target, verify, &out,
+                     &out_size, &why, &interval, &g);
   Py_END_ALLOW_THREADS
   PyBuffer_Release(&data);
   if (status == FAILED) {
@@ -227,7 +233,7 @@ static PyObject *restart(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"restart", restart, METH_VARARGS,
-     "restart(data, target_width=64) -> (bytes | None, str): the JPEG with restart markers every "
+     "restart(data, target_width=64, verify=True) -> (bytes | None, str): the JPEG with restart markers every "
      "k MCUs (k divides a row's MCUs, near target_width pixels), optimized Huffman tables, one "
      "baseline scan, the same coefficients (checked); None and the reason where the original "
      "is kept."},

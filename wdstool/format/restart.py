@@ -52,9 +52,10 @@ def add_restarts(
 ) -> Rewritten:
     """``data`` (an image of ``size`` = (width, height)) with restart intervals of about
     ``target_width`` pixels, each MCU row holding whole intervals, decoding to exactly the same
-    pixels; or the original bytes and the reason they are kept: not a JPEG, smaller than
-    ``min_pixels``, already cut into usable intervals, arithmetic coding, CMYK, corrupt data,
-    a failed read-back check, or this build has no transcoder."""
+    pixels, never more bytes than ``data``; or the original bytes and the reason they are
+    kept: not a JPEG, smaller than ``min_pixels``, already cut into usable intervals,
+    arithmetic coding, CMYK, corrupt data, a failed read-back check, larger when rewritten
+    (progressive files can be), or this build has no transcoder."""
     if kind(data) != "jpeg":
         return Rewritten(data, "not a JPEG")
     if size[0] * size[1] < min_pixels:
@@ -67,7 +68,11 @@ def add_restarts(
         new, why = _jpegtran.restart(data, target_width)
     except ValueError as exc:
         return Rewritten(data, f"unreadable by libjpeg: {exc}")
-    return Rewritten(data, why) if new is None else Rewritten(new, "")
+    if new is None:
+        return Rewritten(data, why)
+    if len(new) > len(data):  # a writer may plan shards with the original's size as a bound
+        return Rewritten(data, "larger when rewritten")
+    return Rewritten(new, "")
 
 
 class RestartLayout(NamedTuple):
