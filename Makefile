@@ -20,7 +20,7 @@ BENCH_REPEATS ?= 3
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py wdstool/format/_jpegcrop.c wdstool/format/_mapread.c loaders/recipe/_pilresample.c
+$(STAMP): pyproject.toml setup.py wdstool/format/_jpegcrop.c wdstool/format/_jpegtran.c wdstool/format/_mapread.c loaders/recipe/_pilresample.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(TORCH_PINS) -e '.[dev,ray,parquet,lightning,accelerate,torchtnt,show,docs,monitor]'
@@ -86,15 +86,16 @@ bench-reshard: $(STAMP)
 	$(PY) bench/reshard_bench.py $(BENCH_DATA)/shards --repeats $(BENCH_REPEATS) --workers 1,2 \
 		--memory-shards 2,10 --floor --json bench/results/reshard-bench.json | tee bench/results/reshard-bench.txt
 
-# The peer table: the same epoch through DALI (CPU), SPDL, litdata, MosaicML streaming, upstream
-# webdataset and ImageFolder, interleaved with wdstool's loader (bench/peers/run.py). The peers
-# live in their own venv (.venv-peers, never touched by `make test`), with torch pinned as
-# above; SPDL also needs FFmpeg's shared libraries (installed with apt-get when run as root,
-# else its row is a skip). Their formats are converted once into $(PEERS_DATA)/peers/.
+# The peer table: the same epoch through DALI (CPU), SPDL, litdata, MosaicML streaming, FFCV,
+# upstream webdataset and ImageFolder, interleaved with wdstool's loader (bench/peers/run.py).
+# The peers live in their own venv (.venv-peers, never touched by `make test`), with torch pinned
+# as above; SPDL also needs FFmpeg's shared libraries, and FFCV (built from its sdist) OpenCV's
+# and libjpeg-turbo's headers and pkg-config (each installed with apt-get when run as root, else
+# its row is a skip). Their formats are converted once into $(PEERS_DATA)/peers/.
 # Another data folder (images/ + shards/): make bench-peers PEERS_DATA=bench/data-large
 # PEERS_OUT=bench/results/peers-large. `make bench-peers-recipe`: the same with the full training
-# recipe (RRC bicubic + flip + TrivialAugmentWide + RandomErasing 0.25; DALI with its closest ops),
-# results in $(PEERS_RECIPE_OUT).
+# recipe (RRC bicubic + flip + TrivialAugmentWide + RandomErasing 0.25; DALI with its closest ops,
+# FFCV a skip: its ops have neither), results in $(PEERS_RECIPE_OUT).
 PEERS_VENV := .venv-peers
 PEERS_PY := $(PEERS_VENV)/bin/python
 PEERS_STAMP := $(PEERS_VENV)/.installed
@@ -104,10 +105,16 @@ PEERS_ROUNDS ?= 3
 PEERS_FLAGS ?=
 PEERS_RECIPE_OUT ?= bench/results/peers-recipe
 
-$(PEERS_STAMP): pyproject.toml setup.py wdstool/format/_jpegcrop.c wdstool/format/_mapread.c loaders/recipe/_pilresample.c bench/peers/requirements.txt
+$(PEERS_STAMP): pyproject.toml setup.py wdstool/format/_jpegcrop.c wdstool/format/_jpegtran.c wdstool/format/_mapread.c loaders/recipe/_pilresample.c bench/peers/requirements.txt
 	test -x $(PEERS_PY) || $(PYTHON) -m venv $(PEERS_VENV)
 	$(PEERS_PY) -m pip install --quiet --upgrade pip
-	$(PEERS_PY) -m pip install --quiet $(TORCH_PINS) -e . -r bench/peers/requirements.txt
+	@pkg-config --exists opencv4 libturbojpeg 2>/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && apt-get install -y -qq --no-install-recommends pkg-config libopencv-dev libturbojpeg0-dev; \
+	  else echo "note: FFCV builds against OpenCV and libjpeg-turbo (apt-get install pkg-config libopencv-dev libturbojpeg0-dev); its row will be a skip"; fi; }
+	if pkg-config --exists opencv4 libturbojpeg 2>/dev/null; then req=bench/peers/requirements.txt; \
+	else req=$(PEERS_VENV)/requirements-noffcv.txt; grep -v '^ffcv' bench/peers/requirements.txt > $$req; fi; \
+	$(PEERS_PY) -m pip install --quiet $(TORCH_PINS) -e . -r $$req
 	touch $(PEERS_STAMP)
 
 bench-peers: $(STAMP) $(PEERS_STAMP)

@@ -2,7 +2,7 @@
 recipe (issues 24 and 25): one full epoch per run, every run a fresh process, rounds interleaved,
 ratios pair by pair (same round).
 
-    python bench/recipe_bench.py DATA [--rounds 3] [--workers 2] [--set recipes|schedules|large]
+    python bench/recipe_bench.py DATA [--rounds 3] [--workers 2] [--set recipes|schedules|large|restart]
         [--baseline-path OLD_CHECKOUT] [--out bench/results/recipes]
 
 Pipelines (``NAME``, run alone with ``python bench/recipe_bench.py run NAME DATA``):
@@ -15,6 +15,8 @@ Pipelines (``NAME``, run alone with ``python bench/recipe_bench.py run NAME DATA
 - ``wdstool:dino`` / ``webdataset:dino``: DINO's multi-crop (2 x 224 at scale 0.32-1 + 8 x 96
   at 0.05-0.32, bicubic, flip): ``views=`` against one decode per sample cropped ten times;
 - ``wdstool:size160`` / ``wdstool:size224``: the built-in recipe at 160 and 224 px;
+- ``NAME@DIR``: pipeline NAME on DATA/DIR instead of DATA/shards (``--set restart``: DIR =
+  shards-rm, the same images packed with ``--restart-markers``);
 - ``old:default``: the built-in recipe of the checkout at ``--baseline-path`` (the code before
   recipes), against ``wdstool:default``;
 - ``--set libraries``: timm's, torchvision v1's tutorial and their eval recipes through
@@ -56,6 +58,13 @@ SETS = {
         ("wdstool:timm-eval", "timm:timm-eval"),
         ("wdstool:timm-eval", "webdataset:timm-eval"),
         ("wdstool:tutorial-eval", "imagefolder:tutorial-eval"),
+    ],
+    # issue 38: DATA/shards-rm holds the same images packed with --restart-markers
+    "restart": [
+        ("wdstool:trivialaug@shards-rm", "whole:trivialaug"),
+        ("wdstool:trivialaug@shards-rm", "wdstool:trivialaug"),
+        ("wdstool:default@shards-rm", "whole:default"),
+        ("wdstool:default@shards-rm", "wdstool:default"),
     ],
     "large": [
         ("wdstool:trivialaug", "whole:trivialaug"),
@@ -102,7 +111,8 @@ def _collate_views(batch: list[Any]) -> list[Any]:
 def build(name: str, data: Path, workers: int, batch: int) -> tuple[Any, Any]:
     """The pipeline ``name`` and a function giving a batch's sample count."""
     kind, _, what = name.partition(":")
-    shards = data / "shards"
+    what, _, folder = what.partition("@")  # NAME@DIR: DATA/DIR instead of DATA/shards
+    shards = data / (folder or "shards")
     sys.path.insert(0, str(HERE))
     from library_recipes import RECIPES
     from library_recipes import build as build_library

@@ -56,6 +56,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prefetch-factor", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--recipe", choices=list(RECIPES), default="default", help="augmentation")
+    p.add_argument(
+        "--ffcv-max-resolution",
+        type=int,
+        default=None,
+        metavar="N",
+        help="FFCV's .beton: images scaled down to a longer side of at most N when written "
+        "(its ImageNet practice: 256-512; default: full size); the other peers ignore it",
+    )
     # 2 s, as stream-bench --memory: reading smaps_rollup walks a process's page tables
     # (tens of ms each here), and sampling every 0.1 s cost each pipeline 10-13% of its rate
     p.add_argument("--sample-every", type=float, default=2.0, help="memory sampling period, s")

@@ -13,6 +13,7 @@ TITLES = {
     "spdl": "SPDL pipeline",
     "litdata": "litdata `StreamingDataset`",
     "mosaic": "MosaicML `StreamingDataset`",
+    "ffcv": "FFCV `Loader`",
     "webdataset": "upstream webdataset + `decode_jpeg`",
     "imagefolder": "ImageFolder + PIL",
 }

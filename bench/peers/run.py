@@ -1,7 +1,7 @@
 """``make bench-peers``: the same epoch through wdstool's loader and its peers, interleaved.
 
     python bench/peers/run.py [DATA] [--rounds 3] [--peers dali,spdl,...] [--recipe full]
-                              [--out PREFIX]
+                              [--ffcv-max-resolution N] [--out PREFIX]
 
 DATA (default bench/data) holds ``images/`` (ImageFolder tree) and ``shards/`` (wdstool shards
 with ``index.json``); peers' own formats are converted once into ``DATA/peers/`` (untimed,
@@ -32,7 +32,7 @@ from _common import RECIPES
 from _report import markdown, summarize
 
 HERE = Path(__file__).resolve().parent
-PEERS = ("dali", "spdl", "litdata", "mosaic", "webdataset", "imagefolder")
+PEERS = ("dali", "spdl", "litdata", "mosaic", "ffcv", "webdataset", "imagefolder")
 PACKAGES = (
     "torch",
     "torchvision",
@@ -42,6 +42,7 @@ PACKAGES = (
     "spdl",
     "litdata",
     "mosaicml-streaming",
+    "ffcv",
     "webdataset",
     "psutil",
 )
@@ -58,6 +59,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--recipe", choices=list(RECIPES), default="default", help="augmentation")
+    p.add_argument(
+        "--ffcv-max-resolution",
+        type=int,
+        default=None,
+        metavar="N",
+        help="FFCV's .beton with images scaled down to a longer side of at most N "
+        "(default: full size)",
+    )
     p.add_argument(
         "--out", type=Path, default=Path("bench/results/peers"), help="PREFIX of .json/.md"
     )
@@ -82,6 +91,8 @@ def call(args: argparse.Namespace, peer: str, action: str, seed: int = 0) -> dic
     cmd = [args.python, str(HERE / f"peer_{peer}.py"), action, str(args.data.resolve())]
     cmd += ["--workers", str(args.workers), "--batch-size", str(args.batch_size)]
     cmd += ["--image-size", str(args.image_size), "--seed", str(seed), "--recipe", args.recipe]
+    if args.ffcv_max_resolution is not None:
+        cmd += ["--ffcv-max-resolution", str(args.ffcv_max_resolution)]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     except subprocess.TimeoutExpired:
@@ -181,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             "batch_size": args.batch_size,
             "image_size": args.image_size,
             "recipe": args.recipe,
+            "ffcv_max_resolution": args.ffcv_max_resolution,
             "rounds": args.rounds,
         },
         "machine": machine(),
