@@ -64,6 +64,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="FFCV's .beton: images scaled down to a longer side of at most N when written "
         "(its ImageNet practice: 256-512; default: full size); the other peers ignore it",
     )
+    p.add_argument(
+        "--wdstool-shards",
+        default="shards",
+        metavar="DIR",
+        help="the folder under DATA wdstool's loader reads (default shards; e.g. shards-rm: the "
+        "same images packed with --restart-markers); the other peers ignore it",
+    )
     # 2 s, as stream-bench --memory: reading smaps_rollup walks a process's page tables
     # (tens of ms each here), and sampling every 0.1 s cost each pipeline 10-13% of its rate
     p.add_argument("--sample-every", type=float, default=2.0, help="memory sampling period, s")

@@ -1,5 +1,5 @@
-"""wdstool's loader (``loaders.make_loader``) on DATA/shards: the row every peer is compared
-with. Defaults as documented: block shuffle (buffer 2,000), prefetch 4 batches per worker,
+"""wdstool's loader (``loaders.make_loader``) on DATA/shards (``--wdstool-shards DIR``: DATA/DIR,
+e.g. the same images packed with ``--restart-markers``): the row every peer is compared with. Defaults as documented: block shuffle (buffer 2,000), prefetch 4 batches per worker,
 the crop drawn from the JPEG header and only the crop decoded, uint8 batches. ``--recipe full``:
 ``transform=`` the "trivialaug" preset (loaders/recipe/presets.py): its RandomResizedCrop
 bicubic + flip fused into the partial decode, TrivialAugmentWide + RandomErasing(0.25) in the
@@ -31,7 +31,7 @@ def build(args: argparse.Namespace) -> Iterator[Batch]:
     from loaders import make_loader
 
     loader = make_loader(
-        str(args.data / "shards"),
+        str(args.data / args.wdstool_shards),
         batch_size=args.batch_size,
         num_workers=args.workers,
         image_size=args.image_size,
@@ -50,13 +50,20 @@ def config(args: argparse.Namespace) -> dict[str, Any]:
         f"loaders.make_loader(num_workers={args.workers}, "
         f"prefetch_factor={args.prefetch_factor}, shuffle_buffer=2000, output='uint8'"
     )
+    reads = f"{args.wdstool_shards} (tar)"
+    if args.wdstool_shards != "shards":
+        import json
+
+        manifest = json.loads((args.data / args.wdstool_shards / "index.json").read_text())
+        if manifest.get("pack_options", {}).get("restart_markers"):
+            reads = f"{args.wdstool_shards} (tar, packed with --restart-markers)"
     if args.recipe == "default":
-        return {"reads": "shards (tar)", "loader": loader + ")"}
+        return {"reads": reads, "loader": loader + ")"}
     from loaders.recipe import build_recipe
 
     recipe = build_recipe(transform(args), train=True, image_size=args.image_size, output="uint8")
     return {
-        "reads": "shards (tar)",
+        "reads": reads,
         "loader": f"{loader}, transform=presets 'trivialaug'): {recipe.describe()}",
     }
 

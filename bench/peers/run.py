@@ -68,6 +68,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "(default: full size)",
     )
     p.add_argument(
+        "--wdstool-shards",
+        default="shards",
+        metavar="DIR",
+        help="the folder under DATA wdstool's loader reads (e.g. shards-rm, packed with "
+        "--restart-markers); every other peer reads its own format of DATA/images or DATA/shards",
+    )
+    p.add_argument(
         "--out", type=Path, default=Path("bench/results/peers"), help="PREFIX of .json/.md"
     )
     p.add_argument("--python", default=sys.executable, help="interpreter for the runners")
@@ -93,6 +100,7 @@ def call(args: argparse.Namespace, peer: str, action: str, seed: int = 0) -> dic
     cmd += ["--image-size", str(args.image_size), "--seed", str(seed), "--recipe", args.recipe]
     if args.ffcv_max_resolution is not None:
         cmd += ["--ffcv-max-resolution", str(args.ffcv_max_resolution)]
+    cmd += ["--wdstool-shards", args.wdstool_shards]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     except subprocess.TimeoutExpired:
@@ -193,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
             "image_size": args.image_size,
             "recipe": args.recipe,
             "ffcv_max_resolution": args.ffcv_max_resolution,
+            "wdstool_shards": args.wdstool_shards,
             "rounds": args.rounds,
         },
         "machine": machine(),
