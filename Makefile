@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 DEMO_DIR ?= build/demo
 DEMO_IMAGES ?= 2000
 
-.PHONY: venv demo test docs lint format bench bench-fields bench-large bench-peers bench-peers-recipe bench-reshard faults mutants clean
+.PHONY: venv demo test docs lint format bench bench-fields bench-large bench-restart bench-peers bench-peers-recipe bench-reshard faults mutants clean
 BENCH_DATA ?= bench/data
 BENCH_IMAGES ?= 10000
 BENCH_WORKERS ?= 1,2
@@ -151,6 +151,27 @@ bench-large: $(STAMP)
 		--repeats $(BENCH_REPEATS) --compare exact --eval --json bench/results/stream-bench-large-eval.json \
 		| tee bench/results/stream-bench-large-eval.txt
 	$(PY) bench/decode_quality.py $(BENCH_LARGE)/images --images 300 | tee bench/results/decode-quality-large.txt
+
+# Restart markers (issue 38): 1,000 photos of 1.2-2.8 MP (three sizes, landscape and portrait,
+# ~1.8 MB each) generated once under bench/data-photos/ (git-ignored), packed plain and with
+# --restart-markers (shards-rm/); the transcode and the region decode one image at a time, then
+# the loader on marked shards against the whole decode and against itself on plain shards.
+# The peers on the same photos: make bench-peers PEERS_DATA=bench/data-photos
+# PEERS_FLAGS="--wdstool-shards shards-rm" PEERS_OUT=bench/results/peers-photos
+BENCH_PHOTOS ?= bench/data-photos
+bench-restart: $(STAMP)
+	test -d $(BENCH_PHOTOS)/images || { \
+	  $(PY) -m wdstool sample-data $(BENCH_PHOTOS)/parts/a --images 350 --size 1600x1200 --seed 1 -q && \
+	  $(PY) -m wdstool sample-data $(BENCH_PHOTOS)/parts/b --images 350 --size 2400x1800 --seed 2 -q && \
+	  $(PY) -m wdstool sample-data $(BENCH_PHOTOS)/parts/c --images 300 --size 1400x2500 --seed 3 -q && \
+	  for part in a b c; do for d in $(BENCH_PHOTOS)/parts/$$part/*/; do c=$$(basename $$d); \
+	    mkdir -p $(BENCH_PHOTOS)/images/$$c; for f in $$d*.jpg; do mv $$f $(BENCH_PHOTOS)/images/$$c/$${part}_$$(basename $$f); done; \
+	  done; done && rm -rf $(BENCH_PHOTOS)/parts; }
+	test -f $(BENCH_PHOTOS)/shards/index.json || $(PY) -m wdstool pack $(BENCH_PHOTOS)/images $(BENCH_PHOTOS)/shards --max-count 125
+	test -f $(BENCH_PHOTOS)/shards-rm/index.json || $(PY) -m wdstool pack $(BENCH_PHOTOS)/images $(BENCH_PHOTOS)/shards-rm --max-count 125 --restart-markers
+	mkdir -p bench/results
+	$(PY) bench/restart_bench.py $(BENCH_PHOTOS)/images --images 200 --crops 2 --targets 64,32,128 --out bench/results/restart-decode
+	$(PY) bench/recipe_bench.py $(BENCH_PHOTOS) --set restart --rounds 3 --out bench/results/recipe-restart
 
 # the fault suite's long, randomized variant (each randomized case FAULT_RUNS times its
 # `make test` count); prints the table and writes build/faults.md

@@ -59,6 +59,11 @@ SETS = {
         ("wdstool:timm-eval", "webdataset:timm-eval"),
         ("wdstool:tutorial-eval", "imagefolder:tutorial-eval"),
     ],
+    # the code before a change (--baseline-path) on the same data: "no slower than before"
+    "baseline": [
+        ("wdstool:default", "old:default"),
+        ("wdstool:trivialaug", "old:trivialaug"),
+    ],
     # issue 38: DATA/shards-rm holds the same images packed with --restart-markers
     "restart": [
         ("wdstool:trivialaug@shards-rm", "whole:trivialaug"),
