@@ -54,9 +54,13 @@ def config(args: argparse.Namespace) -> dict[str, Any]:
     if args.wdstool_shards != "shards":
         import json
 
-        manifest = json.loads((args.data / args.wdstool_shards / "index.json").read_text())
-        if manifest.get("pack_options", {}).get("restart_markers"):
-            reads = f"{args.wdstool_shards} (tar, packed with --restart-markers)"
+        options = json.loads((args.data / args.wdstool_shards / "index.json").read_text()).get(
+            "pack_options", {}
+        )
+        how = [f"--max-side {options['max_side']}"] if options.get("max_side") else []
+        how += ["--restart-markers"] if options.get("restart_markers") else []
+        if how:
+            reads = f"{args.wdstool_shards} (tar, packed with {' '.join(how)})"
     if args.recipe == "default":
         return {"reads": reads, "loader": loader + ")"}
     from loaders.recipe import build_recipe
