@@ -16,6 +16,7 @@ setup(
         Extension(
             "wdstool.format._jpegcrop",
             ["wdstool/format/_jpegcrop.c"],
+            depends=["wdstool/format/_jpegguard.h"],
             libraries=["jpeg"],
             extra_compile_args=["-O2"],
             optional=True,
@@ -25,6 +26,7 @@ setup(
         Extension(
             "wdstool.format._jpegtran",
             ["wdstool/format/_jpegtran.c"],
+            depends=["wdstool/format/_jpegguard.h"],
             libraries=["jpeg"],
             extra_compile_args=["-O2"],
             optional=True,

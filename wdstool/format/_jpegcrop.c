@@ -7,7 +7,7 @@
  * that (torchvision, PIL, simplejpeg and PyTurboJPEG decode whole images: pytorch/vision#7774),
  * so this module calls it, as DALI's CPU decoder does.
  *
- * decode_crop(data, left, top, width, height, out, scale_denom=1) -> bool
+ * decode_crop(data, left, top, width, height, out, scale_denom=1, restarts=True) -> bool
  *   data: the JPEG bytes (any contiguous buffer); out: a writable contiguous buffer of exactly
  *   height*width*3 bytes, filled with the RGB pixels (HWC) of the rectangle.
  *   scale_denom 2, 4 or 8 decodes at 1/2, 1/4 or 1/8 scale in the DCT domain (libjpeg's
@@ -18,6 +18,10 @@
  *   (CMYK/YCCK colour, libjpeg warned about corrupt data, or a stray marker in the bytes
  *   below the rectangle): the caller decodes it whole.
  *   Raises ValueError with libjpeg's message when the data cannot be decoded.
+ *   restarts: where the file has restart intervals that never straddle an MCU row, decode
+ *   only the intervals that cover the rectangle (see "restart intervals" below); False: never.
+ * sub_jpeg(data, left, top, width, height, scale_denom=1) -> (bytes, dx, dy) | None: that
+ *   small JPEG itself (tests, diagnosis).
  *
  * The pixels are those of a whole-image decode with libjpeg's defaults (islow IDCT, fancy
  * upsampling): the rectangle is decoded with MARGIN extra pixels on every side (clamped to
@@ -40,23 +44,7 @@
 
 #define MARGIN 8
 
-struct guard {
-  struct jpeg_error_mgr pub;
-  jmp_buf jump;
-  int warned;
-  char message[JMSG_LENGTH_MAX];
-};
-
-static void on_error(j_common_ptr cinfo) {
-  struct guard *g = (struct guard *)cinfo->err;
-  (*cinfo->err->format_message)(cinfo, g->message);
-  longjmp(g->jump, 1);
-}
-
-static void on_message(j_common_ptr cinfo, int level) {
-  /* level -1: a warning about corrupt data (libjpeg carries on with made-up pixels) */
-  if (level < 0) ((struct guard *)cinfo->err)->warned = 1;
-}
+#include "_jpegguard.h"
 
 enum { DONE = 0, FAILED = 1, UNSUPPORTED = 2, NOT_USED = 3 };
 
@@ -90,11 +78,7 @@ static int decode(const unsigned char *data, size_t size, JDIMENSION left, JDIME
   unsigned char *volatile row = NULL;
   volatile int created = 0;
 
-  cinfo.err = jpeg_std_error(&g->pub);
-  g->pub.error_exit = on_error;
-  g->pub.emit_message = on_message;
-  g->warned = 0;
-  g->message[0] = 0;
+  guard_setup(g, (j_common_ptr)&cinfo);
   if (setjmp(g->jump)) {
     if (created) jpeg_destroy_decompress(&cinfo);
     free(row);
@@ -346,10 +330,7 @@ static PyObject *sub_jpeg(PyObject *self, PyObject *args) {
   (void)self;
   if (!PyArg_ParseTuple(args, "y*IIII|I", &data, &left, &top, &width, &height, &denom))
     return NULL;
-  cinfo.err = jpeg_std_error(&g.pub);
-  g.pub.error_exit = on_error;
-  g.pub.emit_message = on_message;
-  g.message[0] = 0;
+  guard_setup(&g, (j_common_ptr)&cinfo);
   if (setjmp(g.jump)) {
     jpeg_destroy_decompress(&cinfo);
     PyBuffer_Release(&data);

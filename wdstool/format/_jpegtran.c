@@ -32,30 +32,7 @@
 
 #include <jpeglib.h>
 
-struct guard {
-  struct jpeg_error_mgr pub;
-  jmp_buf jump;
-  int warned;
-  char message[JMSG_LENGTH_MAX];
-};
-
-static void on_error(j_common_ptr cinfo) {
-  struct guard *g = (struct guard *)cinfo->err;
-  (*cinfo->err->format_message)(cinfo, g->message);
-  longjmp(g->jump, 1);
-}
-
-static void on_message(j_common_ptr cinfo, int level) {
-  if (level < 0) ((struct guard *)cinfo->err)->warned = 1;
-}
-
-static void setup(struct guard *g, j_common_ptr cinfo) {
-  cinfo->err = jpeg_std_error(&g->pub);
-  g->pub.error_exit = on_error;
-  g->pub.emit_message = on_message;
-  g->warned = 0;
-  g->message[0] = 0;
-}
+#include "_jpegguard.h"
 
 /* The interval in MCUs: the divisor of per_row whose width in pixels is nearest the target
  * (by ratio), so that every row holds whole intervals. */
@@ -108,7 +85,7 @@ static int transcode(const unsigned char *data, size_t size, unsigned int target
   struct jpeg_decompress_struct src, check;
   struct jpeg_compress_struct dst;
   volatile int have_src = 0, have_dst = 0, have_check = 0;
-  setup(g, (j_common_ptr)&src);
+  guard_setup(g, (j_common_ptr)&src);
   dst.err = src.err;
   check.err = src.err;
   *out = NULL;
