@@ -133,3 +133,26 @@ def test_a_truncated_marked_file_gets_the_usual_error_or_replacement(packed, tmp
     loader = make_loader(str(dest), 7, num_workers=0, image_size=64, on_error="skip")
     assert sum(len(b["keys"]) for b in loader) == 7
     assert loader.stats().all_epochs.samples_replaced == 1
+
+
+def test_hub_parquet_images_get_restart_markers_too(tmp_path: Path) -> None:
+    """Images inside a parquet column (the Hub's layout) go through the same rewrite: the large
+    ones marked, the small one kept, the pixels the original's, the counts in the summary."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    images = [render(1, i, 10, LARGE) for i in range(2)] + [jpeg_bytes(5, (80, 60))]
+    pq.write_table(pa.table({"img": images, "label": [0, 1, 0]}), tmp_path / "raw.parquet")
+    dest = tmp_path / "ds"
+    proc = run_cli(
+        "pack", str(tmp_path / "raw.parquet"), str(dest), "--image-column", "img",
+        "--restart-markers", "--json",
+    )  # fmt: skip
+    assert json.loads(proc.stdout)["restart_markers"] == {
+        "added": 2,
+        "kept": {"under 1,000,000 pixels": 1},
+    }
+    got = {int(k): dict(m)[".jpg"] for k, m in dataset_samples(dest)}
+    for i, original in enumerate(images):
+        assert (restart.restart_layout(got[i]) is not None) == (i < 2)
+        assert torch.equal(decode_rgb(got[i]), decode_rgb(original))
