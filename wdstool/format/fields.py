@@ -98,8 +98,8 @@ def _at(value: Any, path: tuple[str, ...]) -> Any:
     for key in path:
         if isinstance(value, dict):
             value = value.get(key)
-        elif isinstance(value, list) and key.isdigit():
-            i = int(key)
+        elif isinstance(value, list) and key.isascii() and key.isdigit():  # not "²": a digit to
+            i = int(key)  # str.isdigit, not to int()
             value = value[i] if i < len(value) else None
         else:
             return None
