@@ -152,7 +152,7 @@ bench-large: $(STAMP)
 		| tee bench/results/stream-bench-large-eval.txt
 	$(PY) bench/decode_quality.py $(BENCH_LARGE)/images --images 300 | tee bench/results/decode-quality-large.txt
 
-# Restart markers (issue 38): 1,000 photos of 1.2-2.8 MP (three sizes, landscape and portrait,
+# Restart markers (issue 38): 1,000 photos of 1.5-5.2 MP (three sizes, landscape and portrait,
 # ~1.8 MB each) generated once under bench/data-photos/ (git-ignored), packed plain and with
 # --restart-markers (shards-rm/); the transcode and the region decode one image at a time, then
 # the loader on marked shards against the whole decode and against itself on plain shards.

@@ -22,7 +22,7 @@ except ImportError:  # built without a C compiler or libjpeg headers
     _jpegtran = None
 
 # An interval's width in pixels that the transcode aims for (k = the divisor of a row's MCUs
-# nearest it). Measured on 1-3 MP photos (bench/restart_bench.py): 32 and 64 px decode a
+# nearest it). Measured on 1.5-5 MP photos (bench/restart_bench.py): 32 and 64 px decode a
 # RandomResizedCrop box about as fast; 64 px costs half the markers' bytes.
 TARGET_WIDTH = 64
 # Below this many pixels the region decode gains nothing (450x380 images: 0.9-1.0x in the
