@@ -6,6 +6,7 @@ import json
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from loaders.bench.baselines import imagefolder_loader, webdataset_loader
@@ -181,11 +182,14 @@ def test_ctrl_c_prints_what_was_measured(uneven_dataset: Path, tmp_path: Path) -
         "--json",
         str(out),
     ]
+    # output to files, not pipes: a pipe is read only after the interrupt, and a process of the
+    # group that outlives the main one (a worker ignoring SIGINT) would hold it open
+    out_log, err_log = (tmp_path / "stdout.txt").open("w"), (tmp_path / "stderr.txt").open("w")
     proc = subprocess.Popen(
         cmd,
         cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stdout=out_log,
+        stderr=err_log,
         text=True,
         start_new_session=True,
     )
@@ -201,10 +205,21 @@ def test_ctrl_c_prints_what_was_measured(uneven_dataset: Path, tmp_path: Path) -
     assert proc.poll() is None
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground group
     try:
-        stdout, stderr = proc.communicate(timeout=60)
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:  # say where it stands before it is killed
+        group = subprocess.run(
+            ["ps", "-o", "pid,ppid,stat,wchan:32,etime,args", "-g", str(proc.pid)],
+            capture_output=True,
+            text=True,
+        ).stdout
+        tail = (tmp_path / "stderr.txt").read_text()[-2000:]
+        pytest.fail(f"no exit within 60 s of SIGINT; its process group:\n{group}\nstderr:\n{tail}")
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+        out_log.close()
+        err_log.close()
+    stdout, stderr = ((tmp_path / n).read_text() for n in ("stdout.txt", "stderr.txt"))
     assert proc.returncode == 0, stderr[-2000:]
     assert "(interrupted" in stdout and "wdstool" in stdout
     report = json.loads(out.read_text())
