@@ -153,6 +153,7 @@ def test_bad_compare_is_one_line_error(uneven_dataset: Path) -> None:
     assert r.returncode != 0 and "imagefolder=PATH, webdataset, webdataset-fast" in r.stderr
 
 
+@pytest.mark.alone  # see the Makefile's test target
 def test_ctrl_c_prints_what_was_measured(uneven_dataset: Path, tmp_path: Path) -> None:
     import os
     import signal
