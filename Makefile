@@ -38,13 +38,8 @@ demo: $(STAMP)
 # process on the machine (Ray's) share one file. TEST_WORKERS=0 runs it in one process; the 30
 # slowest tests are listed at the end.
 TEST_WORKERS ?= 2
-# Tests marked `alone` run after the rest, in a pytest of their own: stream-bench's Ctrl-C test
-# hung in 4 of 4 fresh-clone runs of the parallel suite (issue 38's branch; its main process in
-# poll, its DataLoader worker running, no output) and never alone (40+ tries): a suite interaction
-# not yet understood, which its failure message now diagnoses.
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30 -m "not alone"
-	$(PY) -m pytest -q -m alone
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30
 
 # The documentation site (mkdocs.yml, docs/) into build/site/: --strict makes any warning fatal,
 # so a broken link or anchor, a page missing from the nav or an API reference that does not
