@@ -13,7 +13,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import sys
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
@@ -71,14 +70,12 @@ class ImageInfo:
     fmt: str
     payload_size: int
     source_size: int = -1  # bytes of the source file (learned here when the scan did not stat it)
-    restarts: str = ""  # PreparedImage.restarts
 
 
 def info_of(img: PreparedImage, source_size: int) -> ImageInfo:
-    restarts = sys.intern(img.restarts)  # one string per reason, not per image
-    return ImageInfo(
-        img.ext, img.width, img.height, img.fmt, len(img.payload), source_size, restarts
-    )
+    """What the layout needs of an image prepared at probe time (what restart_markers did is
+    counted by the writer, which rewrites it)."""
+    return ImageInfo(img.ext, img.width, img.height, img.fmt, len(img.payload), source_size)
 
 
 def read_source(url: str, expected_size: int | None, storage_options: dict | None = None) -> bytes:
