@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from wdstool.format.images import kind
+from wdstool.format.images import _jpeg_segments, kind
 
 try:
     from wdstool.format import _jpegtran
@@ -89,21 +89,6 @@ class RestartLayout(NamedTuple):
         return self.per_row % self.interval == 0
 
 
-def _segments(data: bytes):
-    """(marker code, offset of its payload, payload length) up to the start of the scan."""
-    at = 2
-    while at + 4 <= len(data) and data[at] == 0xFF:
-        code = data[at + 1]
-        if code == 0xFF:
-            at += 1
-            continue
-        length = int.from_bytes(data[at + 2 : at + 4], "big")
-        yield code, at + 4, length - 2
-        if code == 0xDA or length < 2:
-            return
-        at += 2 + length
-
-
 def restart_layout(data: bytes) -> RestartLayout | None:
     """The restart intervals of a baseline (or extended sequential) JPEG with one interleaved
     scan, if each row holds whole intervals or each interval whole rows; None otherwise (no
@@ -111,7 +96,8 @@ def restart_layout(data: bytes) -> RestartLayout | None:
     if kind(data) != "jpeg":
         return None
     interval, frame = 0, None
-    for code, at, length in _segments(data):
+    for code, pos in _jpeg_segments(data):  # the walk jpeg_size uses
+        at, length = pos + 4, int.from_bytes(data[pos + 2 : pos + 4], "big") - 2
         if code == 0xDD and length >= 2:
             interval = int.from_bytes(data[at : at + 2], "big")
         elif code in (0xC0, 0xC1) and length >= 6:
