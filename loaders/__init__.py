@@ -3,17 +3,21 @@
 >>> from loaders import make_loader, normalize
 """
 
+from loaders.clips import Clips
 from loaders.device import DeviceDecoder
 from loaders.loader import StreamingLoader
 from loaders.make import make_loader
 from loaders.recipe.book import per_size
 from loaders.recipe.normalize import normalize
 from loaders.recipe.schedule import linear_ramp
+from loaders.schema import Pad
 from loaders.source import Source
 from wdstool.base.retry import RetryPolicy
 
 __all__ = [
+    "Clips",
     "DeviceDecoder",
+    "Pad",
     "RetryPolicy",
     "Source",
     "StreamingLoader",

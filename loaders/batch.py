@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from loaders.clips import ClipRecipe, as_clip_fields
 from loaders.delivery import BatchMeta, Decoded, Delivery, Slot
 from loaders.monitor.clock import WorkerClock
 from loaders.plan import WorkerPlan
@@ -26,7 +27,7 @@ from loaders.read import Located
 from loaders.recipe import Recipe, Seeder, Where, check_output, to_row
 from loaders.recipe.normalize import normalize, normalize_into
 from loaders.recipe.views import run_views
-from loaders.schema import FieldBatcher, SampleSchema
+from loaders.schema import FieldBatcher, Pad, SampleSchema
 from wdstool.base import counters
 from wdstool.base.errors import SampleError, ShardError, WdsToolError
 from wdstool.format.fields import FieldError
@@ -49,6 +50,8 @@ class DecodeSpec:
     source_ids: tuple[int, ...] | None = None  # batches carry "source": source_ids[i] for i
     with_valid: bool = False  # batches carry "valid" (uneven="mask"): False for padding
     stats: bool = True  # stage clocks on (loaders.monitor.clock)
+    clips: ClipRecipe | None = None  # a clips loader: video samples become clips
+    pads: tuple[tuple[str, Pad], ...] = ()  # fields batched by padding (pad_fields)
 
     @property
     def recipe(self) -> Recipe:
@@ -70,6 +73,11 @@ def _reason(message: str, url: str) -> str:
 
 def _fmt(shape: tuple[Any, ...]) -> str:
     return f"{str(shape[0]).replace('torch.', '')} {list(shape[1:])}"
+
+
+def _row(batch: torch.Tensor, i: int, cthw: bool) -> torch.Tensor:
+    """Sample ``i`` of a batch as its recipe writes it: [3,h,w], or a clip's [T,3,h,w]."""
+    return batch[i].transpose(0, 1) if cthw else batch[i]
 
 
 def _next_sample(it: Iterator[Any], plan: WorkerPlan) -> Any:
@@ -109,9 +117,11 @@ class BatchAssembler:
         )
         # per view, what every output must be, once known
         self._shapes: list[tuple[Any, ...] | None] = [None] * len(spec.recipes)
-        self._fields = FieldBatcher()
+        self._fields = FieldBatcher(dict(spec.pads))
         self._labelled = any(s.label is not None for s in spec.schemas)
-        self._fielded = any(s.fields or s.fields_fn is not None for s in spec.schemas)
+        self._fielded = spec.clips is not None or any(
+            s.fields or s.fields_fn is not None for s in spec.schemas
+        )
         # batch keys every batch carries (those of fields_fn outputs come with the values)
         self._field_names = tuple(
             dict.fromkeys(n for s in spec.schemas if s.fields_fn is None for n, _ in s.fields)
@@ -151,9 +161,33 @@ class BatchAssembler:
         geometry = self.spec.recipe.draw(data, self._rng(loc), where=f"{loc.url}: sample {key!r}")
         return Decoded((data, geometry), label, key, values, loc.source, not loc.pad)
 
+    def _clip(self, loc: Located) -> Decoded:
+        """A clips loader's sample: the clip of its video (or its image, still), the clip's
+        span, number and audio in its fields."""
+        label, values = self._meta(loc)
+        key = loc.sample.key  # type: ignore[union-attr]
+        where = f"{loc.url}: sample {key!r}"
+        clips = self.spec.clips
+        assert clips is not None
+        clip = loc.rep % clips.clips.clips_per_video
+        try:
+            got = clips.sample(
+                loc.sample, loc.url, self._rng(loc), self._seeder, self._dest[0], clip
+            )
+        except WdsToolError:
+            raise
+        except Exception as exc:  # a transform or a decoder bug: name the sample
+            raise SampleError(f"{where}: {type(exc).__name__}: {exc}") from exc
+        fields = {**(values or {}), **as_clip_fields(got, clip, clips.clips)}
+        if "audio" in fields:
+            self._fields.check({"audio": fields["audio"]})
+        return Decoded([got.video], label, key, fields, loc.source, not loc.pad)
+
     def _decode(self, loc: Located) -> Decoded:
         if self.spec.output == "encoded":
             return self._prepare(loc)
+        if self.spec.clips is not None:
+            return self._clip(loc)
         label, values = self._meta(loc)
         key = loc.sample.key  # type: ignore[union-attr]
         where = f"{loc.url}: sample {key!r}"
@@ -253,6 +287,8 @@ class BatchAssembler:
                 view.copy_(meta.labels)
             if self.spec.views:
                 out_batch: dict[str, Any] = {"views": [out.send(p) for p in pixels]}
+            elif self.spec.clips is not None:
+                out_batch = {"video": out.send(pixels[0])}
             else:
                 out_batch = {"pixel_values": out.send(pixels[0])}
             meta.into(out_batch, labels)
@@ -297,8 +333,10 @@ class BatchAssembler:
             own = final is None or final.dtype == torch.uint8 or recipe.dtype == torch.float32
             works.append(final if own else self._work(n))
         stacked: list[list[torch.Tensor]] = [[] for _ in finals]
+        cthw = out.cthw
         for i in range(n):
-            self._dest = [None if w is None else w[i] for w in works]  # the heads write there
+            # the heads write there (a clip [T,3,h,w]: a view of a [3,T,h,w] row for CTHW)
+            self._dest = [None if w is None else _row(w, i, cthw) for w in works]
             got = _next_sample(it, plan)
             self._dest = [None] * len(works)
             for v, img in enumerate(got.image):
@@ -306,7 +344,7 @@ class BatchAssembler:
                 if work is None or final is None:
                     stacked[v].append(img)
                 elif img.data_ptr() != work[i].data_ptr():
-                    (work if img.dtype == torch.uint8 else final)[i].copy_(img)
+                    _row(work if img.dtype == torch.uint8 else final, i, cthw).copy_(img)
             meta.add(i, got)
         batches = []
         for v, recipe in enumerate(self.spec.recipes):

@@ -9,13 +9,14 @@ mixture that epoch was planned with, which may differ from the loader's own from
 from __future__ import annotations
 
 import multiprocessing as mp
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from loaders.batch import BatchAssembler, DecodeSpec
+from loaders.clips import ClipRecipe, Clips
 from loaders.config import LoaderConfig, OnError, Output
 from loaders.delivery import Delivery
 from loaders.plan import (
@@ -33,10 +34,11 @@ from loaders.pool import BufferPool, SharedPool, batch_bytes
 from loaders.read import SourceReader, shard_reader, worker_stream
 from loaders.recipe import Recipe, Where
 from loaders.recipe.book import Recipes
-from loaders.schema import SampleSchema
+from loaders.schema import Pad, SampleSchema
 from loaders.source import DatasetIndex, ShardAccess, identity_key
 from wdstool.base.errors import ConfigError
 from wdstool.format.images import IMAGE_EXTENSIONS
+from wdstool.format.video import VIDEO_EXTENSIONS
 
 POOL_SLOTS = 8  # reusable batch buffers per worker (prefetch_factor 4 + batches in flight)
 
@@ -63,7 +65,7 @@ class LoaderSource:
         named = {spec.ext for _n, spec in self.schema.fields}
         if self.schema.label is not None:
             named.add(self.schema.label.ext)
-        lazy = IMAGE_EXTENSIONS - named
+        lazy = (IMAGE_EXTENSIONS | VIDEO_EXTENSIONS) - named
         return SourceReader(self.index, self.access, self.schema.extensions, lazy)
 
 
@@ -93,13 +95,20 @@ class ShardStreamDataset(IterableDataset):
         repeats: int = 1,
         with_source: bool = False,
         max_workers: int = 0,
+        clips: Clips | None = None,
+        pads: Mapping[str, Pad] | None = None,
     ) -> None:
         """``recipes``: what turns each image into the batch's pixels, per epoch and view
         (default: the built-in train recipe); ``epoch_size`` and ``repeats``: the mixture's
         (``loaders.plan.mixture``); ``topology``: this rank and its worker count;
         ``max_workers``: the most workers it may be given later (``reconfigure``: the batch
-        buffers are laid out for them)."""
+        buffers are laid out for them); ``clips``: video samples become clips
+        (``loaders.clips``); ``pads``: fields batched by padding (``loaders.schema.Pad``)."""
         self.sources = tuple(sources)
+        self.clips = clips
+        self.pads = dict(pads or {})
+        if clips is not None and clips.audio is not None:
+            self.pads.setdefault("audio", Pad(0.0, dim=-1))
         self.config = config
         self.topology = topology
         if recipes is None:
@@ -123,7 +132,7 @@ class ShardStreamDataset(IterableDataset):
         output = config.batch.output
         dtype = torch.float32 if output == Output.FLOAT else torch.uint8
         self._batch_nbytes = (
-            batch_bytes(config.epoch.batch_size, sizes, dtype)  # type: ignore[arg-type]
+            batch_bytes(config.epoch.batch_size, sizes, dtype, clips.frames if clips else 0)  # type: ignore[arg-type]
             if None not in sizes and output != Output.ENCODED
             else 0
         )
@@ -168,6 +177,7 @@ class ShardStreamDataset(IterableDataset):
             f"{len(self.sources)} sources, rank {t.rank}/{t.world_size}, {t.num_workers} "
             f"workers, {self._len} batches of {self.config.epoch.batch_size} per epoch; "
             f"{self.recipes}"
+            + (f"; {self.clips.describe(self.recipes.train)}" if self.clips else "")
         )
 
     @property
@@ -288,6 +298,10 @@ class ShardStreamDataset(IterableDataset):
                 source_ids=ids if self.with_source else None,
                 with_valid=spec.uneven is Uneven.MASK,
                 stats=self.config.stats,
+                clips=None
+                if self.clips is None
+                else ClipRecipe(self.clips, self.recipes.at(self.epoch)[0], self.recipes.train),
+                pads=tuple(self.pads.items()),
             ),
             f"aug:{spec.seed}:{self.epoch}",
             shared=pooled and in_worker,

@@ -11,7 +11,6 @@ from typing import Any, NamedTuple
 import torch
 
 from loaders.pool import PACK_LIMIT, Packed, Pooled, new_batch
-from loaders.schema import FieldBatcher
 
 
 class Decoded(NamedTuple):
@@ -57,20 +56,24 @@ class Slot:
     def __init__(self, assembler: Any, n: int) -> None:  # a loaders.batch.BatchAssembler
         self.pool, self.n = assembler.pool, n
         self.shared, self.channels_last = assembler.shared, assembler.spec.channels_last
+        clips = assembler.spec.clips
+        self.frames = clips.clips.frames if clips is not None else 0  # clips: [n,T,3,h,w]
+        self.cthw = clips is not None and clips.clips.layout.value == "CTHW"
         self.slot = self.pool.get() if self.pool is not None else -1
         self.offset = 0
         self.coords: dict[int, Pooled] = {}  # id of a carved tensor -> its coordinates
 
     def tensor(self, size: Any, dtype: torch.dtype) -> tuple[torch.Tensor, Any]:
-        """An [n,3,h,w] batch of ``size`` (or [n] labels for ``size`` None), and what to send
-        for it."""
+        """An [n,3,h,w] batch of ``size`` (a clips loader's: [n,T,3,h,w] or [n,3,T,h,w]; or
+        [n] labels for ``size`` None), and what to send for it."""
+        frames = self.frames if size is not None else 0
         if self.slot < 0:
             assert size is not None
-            t = new_batch(self.n, size, self.shared, dtype, self.channels_last)
+            t = new_batch(self.n, size, self.shared, dtype, self.channels_last, frames, self.cthw)
             return t, t
         shared = self.pool.shared  # type: ignore[union-attr]
         t, coords, self.offset = shared.carve(
-            self.slot, self.offset, self.n, size, dtype, self.channels_last
+            self.slot, self.offset, self.n, size, dtype, self.channels_last, frames, self.cthw
         )
         self.coords[id(t)] = coords
         return t, coords
@@ -118,7 +121,7 @@ class BatchMeta:
             batch["source"] = self.sources
         if self.valid is not None:
             batch["valid"] = self.valid
-        batch.update(FieldBatcher.collate(self.rows, self.assembler._field_names))
+        batch.update(self.assembler._fields.collate(self.rows, self.assembler._field_names))
         if self.assembler.shared:  # in a worker process: small tensors cross by value
             for name, value in batch.items():
                 if (

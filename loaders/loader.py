@@ -272,7 +272,7 @@ class StreamingLoader(Watching):
         freed), pooled labels copied, small tensors back from numpy (pinned where asked)."""
         batch, slot, pool = d.batch, d.slot, self.dataset._shared_pool
         pin = self.pin_memory or bool(getattr(self.dataloader, "pin_memory", False))
-        key = "views" if "views" in batch else "pixel_values"
+        key = "views" if "views" in batch else "video" if "video" in batch else "pixel_values"
         for name, value in batch.items():
             if isinstance(value, Packed):
                 batch[name] = value.tensor().pin_memory() if pin else value.tensor()

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from loaders.clips import ClipRecipe, Clips
 from loaders.config import BatchSettings, LoaderConfig, WorkerSettings
 from loaders.dataset import ShardStreamDataset
 from loaders.loader import StreamingLoader
@@ -23,7 +24,7 @@ from loaders.monitor.memory import host_total, owned_memory
 from loaders.plan import EpochSpec
 from loaders.recipe.book import PerSize, Recipes, ViewsArg
 from loaders.recipe.schedule import SizeArg
-from loaders.schema import FieldsFn
+from loaders.schema import FieldsFn, Pad, as_pads
 from loaders.source import ShardAccess
 from loaders.topology import cores_per_rank, detect_topology, local_world_size
 from wdstool.base.errors import ConfigError
@@ -75,6 +76,8 @@ def make_loader(
     multiprocessing_context: str | None = None,
     stats: bool = True,
     memory_budget: int | float | str | None = None,
+    clips: Clips | None = None,
+    pad_fields: Mapping[str, Pad | int | float] | None = None,
 ) -> StreamingLoader:
     """A streaming loader over WebDataset shards for one rank of a (torchrun) job.
 
@@ -151,7 +154,29 @@ def make_loader(
     over the node's ranks): decode threads grow and shrink while training, worker processes
     are revised between epochs. Epochs cover the same samples with the same pixels whatever
     it picks; its choices are in ``loader.stats().autotune`` and the log.
+
+    Videos: ``clips=Clips(frames=16, stride=2, ...)`` (:class:`loaders.Clips`) turns each
+    video sample into a clip: batches carry ``video`` uint8 [B,T,3,H,W] (or [B,3,T,H,W]),
+    ``clip_span`` (seconds), ``clip_index`` and the usual ``labels``/``keys``; only the clip's
+    frames are decoded, and the spatial recipe (``transform``/``image_size``, a torchvision
+    v2 pipeline) draws once per clip; image samples of a mixture become still clips
+    (docs/guides/video.md). ``pad_fields={"tokens": 0}`` (or :class:`loaders.Pad`) batches
+    fields whose length differs between samples by padding, with ``NAME_lengths`` and
+    ``NAME_mask``.
     """
+    if clips is not None:
+        if not isinstance(clips, Clips):
+            raise ConfigError(f"clips={clips!r}: give a loaders.Clips(frames=..., ...)")
+        _check_clips(clips, views, output, channels_last)
+        output = "uint8"
+        if clips.clips_per_video > 1:
+            if repeats not in (1, clips.clips_per_video):
+                raise ConfigError(
+                    f"repeats={repeats} and Clips(clips_per_video={clips.clips_per_video}): "
+                    "a clips loader repeats each video once per clip; give one of them"
+                )
+            repeats = clips.clips_per_video
+    pads = as_pads(pad_fields)
     auto = _auto_spec(num_workers, prefetch_factor, memory_budget, stats, worker_mode)
     workers = WorkerSettings(
         num_workers=(
@@ -197,6 +222,11 @@ def make_loader(
         access=access,
         skip_damaged=batch.on_error == "skip",
     )
+    if clips is not None:
+        sources = [replace(s, schema=replace(s.schema, videos=True)) for s in sources]
+        if clips.clips_per_video > 1 and epoch_size is None:  # every video, once per clip
+            epoch_size = clips.clips_per_video * sum(sum(s.index.sizes) for s in sources)
+        ClipRecipe(clips, recipes.at(0)[0], train)  # its rules, checked before any worker
     dataset = ShardStreamDataset(
         sources,
         LoaderConfig(epoch=epoch, workers=workers, batch=batch, stats=stats),
@@ -206,6 +236,8 @@ def make_loader(
         repeats=repeats,
         with_source=with_source,
         max_workers=auto.max_workers if auto is not None and auto.workers else 0,
+        clips=clips,
+        pads=pads,
     )
     if len(dataset) == 0:
         raise ConfigError(
@@ -221,6 +253,19 @@ def make_loader(
         loader.autotuner.start(loader)
         log.info("loader autotune: %s", _describe_auto(auto, workers))
     return loader
+
+
+def _check_clips(clips: Clips, views: Any, output: str, channels_last: bool) -> None:
+    """What a clips loader cannot do (one-line ConfigErrors)."""
+    if views is not None:
+        raise ConfigError("clips and views: multi-crop views of clips are not supported")
+    if output not in ("auto", "uint8"):
+        raise ConfigError(
+            f"clips with output={output!r}: clips are uint8 ([B,T,3,H,W] is large in float); "
+            "normalize on the device (loaders.normalize)"
+        )
+    if channels_last:
+        raise ConfigError("clips and channels_last: clips are laid out by Clips(layout=...)")
 
 
 LOG_EVERY = 1000  # steps between the default log lines (loader.exporters.clear(): none)

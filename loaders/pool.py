@@ -27,10 +27,16 @@ def _hw(size: Size) -> tuple[int, int]:
     return (size, size) if isinstance(size, int) else size
 
 
-def _shape(n: int, size: Size, channels_last: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def _shape(
+    n: int, size: Size, channels_last: bool, frames: int = 0, cthw: bool = False
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(shape, strides in elements) of an [n,3,h,w] batch, its memory [n,h,w,3] when
-    ``channels_last``."""
+    ``channels_last``; of clips of ``frames`` frames: [n,T,3,h,w], or [n,3,T,h,w] (``cthw``)."""
     h, w = _hw(size)
+    if frames:
+        if cthw:
+            return (n, 3, frames, h, w), (3 * frames * h * w, frames * h * w, h * w, w, 1)
+        return (n, frames, 3, h, w), (3 * frames * h * w, 3 * h * w, h * w, w, 1)
     if channels_last:
         return (n, 3, h, w), (3 * h * w, 1, 3 * w, 3)
     return (n, 3, h, w), (3 * h * w, h * w, w, 1)
@@ -42,11 +48,14 @@ def new_batch(
     shared: bool,
     dtype: torch.dtype = torch.uint8,
     channels_last: bool = False,
+    frames: int = 0,
+    cthw: bool = False,
 ) -> torch.Tensor:
     """A [n,3,h,w] tensor (``size`` (h, w), or an int: square), allocated in shared memory
     inside DataLoader workers so that handing it to the main process costs no extra copy; with
-    ``channels_last`` its memory is [n,h,w,3] (``torch.channels_last`` strides)."""
-    shape, stride = _shape(n, size, channels_last)
+    ``channels_last`` its memory is [n,h,w,3] (``torch.channels_last`` strides); with
+    ``frames``, clips (see :func:`_shape`)."""
+    shape, stride = _shape(n, size, channels_last, frames, cthw)
     numel = shape[0] * stride[0]
     if shared:
         try:
@@ -58,10 +67,12 @@ def new_batch(
     return torch.empty_strided(shape, stride, dtype=dtype)
 
 
-def batch_bytes(batch_size: int, sizes: list[Size], dtype: torch.dtype) -> int:
-    """Bytes of one slot: a batch of each of ``sizes`` (the views of a recipe) and the labels."""
+def batch_bytes(batch_size: int, sizes: list[Size], dtype: torch.dtype, frames: int = 0) -> int:
+    """Bytes of one slot: a batch of each of ``sizes`` (the views of a recipe; clips of
+    ``frames`` frames) and the labels."""
     itemsize = torch.empty(0, dtype=dtype).element_size()
-    pixels = sum(batch_size * 3 * _hw(s)[0] * _hw(s)[1] * itemsize for s in sizes)
+    per = max(1, frames)
+    pixels = sum(batch_size * per * 3 * _hw(s)[0] * _hw(s)[1] * itemsize for s in sizes)
     return _align(pixels) + batch_size * 8
 
 
@@ -100,13 +111,16 @@ class SharedPool:
         size: Size | None,
         dtype: torch.dtype,
         channels_last: bool = False,
+        frames: int = 0,
+        cthw: bool = False,
     ) -> tuple[torch.Tensor, Pooled, int]:
-        """A tensor at byte ``offset`` of ``slot`` — [n,3,h,w] of ``size``, or [n] for labels
-        (``size`` None) — its coordinates, and the offset after it."""
+        """A tensor at byte ``offset`` of ``slot`` — [n,3,h,w] of ``size`` (clips: see
+        :func:`_shape`), or [n] for labels (``size`` None) — its coordinates, and the offset
+        after it."""
         if size is None:
             shape, stride = (n,), (1,)
         else:
-            shape, stride = _shape(n, size, channels_last)
+            shape, stride = _shape(n, size, channels_last, frames, cthw)
         itemsize = torch.empty(0, dtype=dtype).element_size()
         nbytes = _align(shape[0] * stride[0] * itemsize)
         if offset + nbytes > self.slot_bytes:

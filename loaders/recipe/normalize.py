@@ -20,10 +20,14 @@ def normalize(
     std: tuple[float, ...] = IMAGENET_STD,
     *,
     dtype: torch.dtype = torch.float32,
+    dim: int = -3,
 ) -> torch.Tensor:
     """(x - 255*mean) / (255*std) for uint8 (or 0..255 float) images [..., 3, H, W], computed on
-    x's device: call it after the (non_blocking) copy of a uint8 batch to the GPU."""
-    shape = (3, 1, 1)
+    x's device: call it after the (non_blocking) copy of a uint8 batch to the GPU. ``dim``: the
+    channel dimension (-3: images and [B,T,3,H,W] clips; -4: [B,3,T,H,W] clips)."""
+    if dim >= 0 or x.dim() < -dim or x.shape[dim] != 3:
+        raise ValueError(f"normalize: dim={dim} of a {list(x.shape)} tensor is not 3 channels")
+    shape = (3,) + (1,) * (-dim - 1)
     m = torch.tensor(mean, dtype=dtype, device=x.device).mul_(255).view(shape)
     inv = torch.tensor(std, dtype=dtype, device=x.device).mul_(255).reciprocal_().view(shape)
     return x.to(dtype).sub_(m).mul_(inv)

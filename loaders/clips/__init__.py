@@ -1,0 +1,22 @@
+"""Video clips: what a clip is (``spec``), which frames it takes (``sampling``, pure) and how a
+video sample becomes one (``render``). ``make_loader(src, clips=Clips(...))``."""
+
+from loaders.clips.members import media_part, video_facts
+from loaders.clips.render import ClipOut, ClipRecipe, as_clip_fields, clip_batch_keys
+from loaders.clips.sampling import ClipDraw, draw_clip
+from loaders.clips.spec import Clips, Layout, Sampling, Short
+
+__all__ = [
+    "ClipDraw",
+    "ClipOut",
+    "ClipRecipe",
+    "Clips",
+    "Layout",
+    "Sampling",
+    "Short",
+    "as_clip_fields",
+    "clip_batch_keys",
+    "draw_clip",
+    "media_part",
+    "video_facts",
+]
