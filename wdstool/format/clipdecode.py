@@ -81,6 +81,29 @@ def video_backend() -> str:
     return name
 
 
+def open_video(
+    data: bytes | memoryview,
+    *,
+    info: VideoInfo | None = None,
+    where: str = "",
+    backend: str | None = None,
+) -> OpenVideo:
+    """``data`` opened for clips (its container header only): ``info`` where the shard's
+    ``.json`` gave the facts, else what the header says. SampleError naming ``where`` when it
+    is not a video."""
+    name = backend or video_backend()
+    try:
+        if name == "torchcodec":
+            return _TorchCodecVideo(data, info, where)
+        return _PyAVVideo(data, info, where)
+    except SampleError:
+        raise
+    except BadVideo as exc:
+        raise SampleError(f"{where}: {exc}") from None
+    except Exception as exc:  # FFmpeg's own errors, through either library
+        raise SampleError(f"{where}: not a readable video ({_first_line(exc)})") from None
+
+
 def decode_frames(
     data: bytes | memoryview,
     indices: Sequence[int],
@@ -89,94 +112,189 @@ def decode_frames(
     where: str = "",
     backend: str | None = None,
 ) -> Clip:
-    """The frames ``indices`` of the video in ``data`` (indices past its end are its last
-    frame); SampleError naming ``where`` when it does not decode."""
-    if not len(indices):
-        raise ValueError("decode_frames: no frame indices")
-    name = backend or video_backend()
-    want = sorted(set(int(i) for i in indices))
-    try:
-        if name == "torchcodec":
-            frames, seconds = _torchcodec(data, want)
-        else:
-            frames, seconds = _pyav(data, want, info)
-    except BadVideo as exc:
-        raise SampleError(f"{where}: {exc}") from None
-    except SampleError:
-        raise
-    except Exception as exc:  # FFmpeg's own errors, through either library
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SampleError(f"{where}: undecodable video ({text})") from None
-    pos = {k: i for i, k in enumerate(want)}
-    order = [pos[int(i)] for i in indices]
-    if order == list(range(len(want))):
-        return Clip(frames, seconds)
-    return Clip(frames[order], tuple(seconds[i] for i in order))
+    """The frames ``indices`` of the video in ``data`` (see :meth:`OpenVideo.frames`)."""
+    return open_video(data, info=info, where=where, backend=backend).frames(indices)
 
 
-def _torchcodec(data: bytes | memoryview, want: list[int]) -> tuple[torch.Tensor, tuple]:
-    from torchcodec.decoders import VideoDecoder
-
-    source = torch.frombuffer(data, dtype=torch.uint8) if len(data) else b""
-    decoder = VideoDecoder(
-        source, seek_mode="approximate", num_ffmpeg_threads=1, dimension_order="NHWC"
-    )
-    n = decoder.metadata.num_frames
-    if n is not None and n > 0:
-        want = [min(i, n - 1) for i in want]
-    try:
-        batch = decoder.get_frames_at(want)
-    except (IndexError, RuntimeError):  # the header's count was more than the stream holds
-        batch = _torchcodec_tolerant(decoder, want)
-    return batch.data, tuple(float(s) for s in batch.pts_seconds)
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _torchcodec_tolerant(decoder, want: list[int]):  # type: ignore[no-untyped-def]
-    """``get_frames_at`` where the last frames the header promised are missing: decoded one by
-    one, the missing ones replaced by the last that decodes (BadVideo if none does)."""
-    from torchcodec import FrameBatch
+class OpenVideo:
+    """One video member, opened once per sample: ``info`` (frames, fps, size), then the frames
+    of a clip and the audio of its span."""
 
-    got, last = [], None
-    for i in want:
+    info: VideoInfo
+    where: str
+
+    def frames(self, indices: Sequence[int]) -> Clip:
+        """The frames ``indices`` (repeats allowed, any order; an index past the end is the
+        last frame): decoded from the keyframe at or before the first wanted one, forward to
+        the last; SampleError naming the sample when the stream does not decode."""
+        if not len(indices):
+            raise ValueError("no frame indices")
+        want = sorted(set(int(i) for i in indices))
         try:
-            last = decoder.get_frame_at(i)
-        except (IndexError, RuntimeError):
-            if last is None:
-                raise BadVideo(f"undecodable video: frame {i} does not decode") from None
-        got.append(last)
-    return FrameBatch(
-        data=torch.stack([f.data for f in got]),
-        pts_seconds=torch.tensor([f.pts_seconds for f in got]),
-        duration_seconds=torch.tensor([f.duration_seconds for f in got]),
-    )
+            frames, seconds = self._decode(want)
+        except SampleError:
+            raise
+        except BadVideo as exc:
+            raise SampleError(f"{self.where}: {exc}") from None
+        except Exception as exc:
+            raise SampleError(f"{self.where}: undecodable video ({_first_line(exc)})") from None
+        pos = {k: i for i, k in enumerate(want)}
+        order = [pos[int(i)] for i in indices]
+        if order == list(range(len(want))):
+            return Clip(frames, seconds)
+        return Clip(frames[order], tuple(seconds[i] for i in order))
+
+    def audio(self, start: float, stop: float, rate: int, channels: int) -> torch.Tensor:
+        """The audio played in [start, stop) seconds, resampled to ``rate`` Hz and ``channels``
+        channels: float32 [channels, samples] (0 samples for a video without sound)."""
+        if not self.info.audio_rate:
+            return torch.zeros(channels, 0)
+        try:
+            out = self._audio(start, stop, rate, channels)
+        except Exception as exc:
+            raise SampleError(f"{self.where}: undecodable audio ({_first_line(exc)})") from None
+        want = max(0, round((stop - start) * rate))
+        return out[:, :want].contiguous().to(torch.float32)
+
+    def _decode(self, want: list[int]) -> tuple[torch.Tensor, tuple[float, ...]]:
+        raise NotImplementedError
+
+    def _audio(self, start: float, stop: float, rate: int, channels: int) -> torch.Tensor:
+        raise NotImplementedError
 
 
-def _pyav(
-    data: bytes | memoryview, want: list[int], info: VideoInfo | None
-) -> tuple[torch.Tensor, tuple]:
+def _source(data: bytes | memoryview) -> torch.Tensor:
+    return torch.frombuffer(data, dtype=torch.uint8)
 
+
+class _TorchCodecVideo(OpenVideo):
+    def __init__(self, data: bytes | memoryview, info: VideoInfo | None, where: str) -> None:
+        from torchcodec.decoders import VideoDecoder
+
+        if not len(data):
+            raise BadVideo("empty video member")
+        self.data, self.where = data, where
+        self.decoder = VideoDecoder(
+            _source(data), seek_mode="approximate", num_ffmpeg_threads=1, dimension_order="NHWC"
+        )
+        m = self.decoder.metadata
+        self.count = int(m.num_frames or 0)
+        if info is None:
+            fps = float(m.average_fps or 0)
+            if not (self.count and fps and m.width and m.height):
+                info = probe_video(data, decode=False)  # a header without counts: demux it
+            else:
+                info = VideoInfo(
+                    frames=self.count,
+                    fps=fps,
+                    width=int(m.width),
+                    height=int(m.height),
+                    codec=str(m.codec or ""),
+                    audio_rate=_header_audio(data)[0],
+                    audio_channels=_header_audio(data)[1],
+                )
+        self.info = info
+
+    def _decode(self, want: list[int]) -> tuple[torch.Tensor, tuple[float, ...]]:
+        n = self.count or self.info.frames
+        want = [min(i, n - 1) for i in want]
+        try:
+            batch = self.decoder.get_frames_at(want)
+        except (IndexError, RuntimeError):  # the header promised frames the stream lacks
+            batch = self._tolerant(want)
+        return batch.data, tuple(float(s) for s in batch.pts_seconds)
+
+    def _tolerant(self, want: list[int]):  # type: ignore[no-untyped-def]
+        """``get_frames_at`` frame by frame, a missing one replaced by the last that decodes."""
+        from torchcodec import FrameBatch
+
+        got, last = [], None
+        for i in want:
+            try:
+                last = self.decoder.get_frame_at(i)
+            except (IndexError, RuntimeError):
+                if last is None:
+                    raise BadVideo(f"undecodable video: frame {i} does not decode") from None
+            got.append(last)
+        return FrameBatch(
+            data=torch.stack([f.data for f in got]),
+            pts_seconds=torch.tensor([f.pts_seconds for f in got]),
+            duration_seconds=torch.tensor([f.duration_seconds for f in got]),
+        )
+
+    def _audio(self, start: float, stop: float, rate: int, channels: int) -> torch.Tensor:
+        from torchcodec.decoders import AudioDecoder
+
+        decoder = AudioDecoder(_source(self.data), sample_rate=rate, num_channels=channels)
+        return decoder.get_samples_played_in_range(start, stop).data
+
+
+def _header_audio(data: bytes | memoryview) -> tuple[int, int]:
+    """(sample rate, channels) of the first audio stream, from the container header."""
     with open_container(data) as container:
-        if not container.streams.video:
+        if not container.streams.audio:
+            return 0, 0
+        ctx = container.streams.audio[0].codec_context
+        return int(ctx.sample_rate or 0), int(ctx.channels or 0)
+
+
+class _PyAVVideo(OpenVideo):
+    def __init__(self, data: bytes | memoryview, info: VideoInfo | None, where: str) -> None:
+        self.data, self.where = data, where
+        self.container = open_container(data)
+        if not self.container.streams.video:
+            self.container.close()
             raise BadVideo("no video stream")
+        if info is None:
+            stream = self.container.streams.video[0]
+            rate = stream.average_rate or stream.guessed_rate
+            frames = stream.frames or (
+                round(float(stream.duration * stream.time_base) * float(rate))
+                if stream.duration and rate
+                else 0
+            )
+            if not (frames and rate):
+                info = probe_video(data, decode=False)
+            else:
+                audio = self.container.streams.audio
+                ctx = audio[0].codec_context if audio else None
+                info = VideoInfo(
+                    frames=int(frames),
+                    fps=float(rate),
+                    width=stream.codec_context.width,
+                    height=stream.codec_context.height,
+                    codec=stream.codec_context.name,
+                    audio_rate=int(ctx.sample_rate or 0) if ctx else 0,
+                    audio_channels=int(ctx.channels or 0) if ctx else 0,
+                )
+        self.info = info
+
+    def __del__(self) -> None:
+        container = getattr(self, "container", None)
+        if container is not None:
+            container.close()
+
+    def _decode(self, want: list[int]) -> tuple[torch.Tensor, tuple[float, ...]]:
+        container, info = self.container, self.info
         stream = container.streams.video[0]
         stream.thread_type = "SLICE"
         stream.codec_context.thread_count = 1
-        rate = stream.average_rate or stream.guessed_rate
-        if info is None and not rate:
-            info = probe_video(data, decode=False)
-        fps = info.fps if info is not None else float(rate)
-        tb = float(stream.time_base)
+        fps, tb = info.fps, float(stream.time_base)
         origin = stream.start_time if stream.start_time is not None else 0
         first, last = want[0], want[-1]
-        keyframes = info.keyframes if info is not None else ()
-        if not keyframes or first >= (keyframes[1] if len(keyframes) > 1 else 1 << 62):
+        keys = info.keyframes
+        if not keys or first >= (keys[1] if len(keys) > 1 else 1 << 62):
             # to the keyframe at or before the first wanted frame (half a frame early: rounding)
             target = origin + int((first - 0.5) / fps / tb) if first > 0 else origin
             container.seek(max(origin, target), stream=stream, backward=True, any_frame=False)
         out: dict[int, np.ndarray] = {}
         seconds: dict[int, float] = {}
         wanted = set(want)
-        prev: tuple[np.ndarray, float] | None = None
         for frame in container.decode(stream):
             if frame.pts is None:
                 continue
@@ -185,21 +303,45 @@ def _pyav(
             if k in wanted and k not in out:
                 out[k] = frame.to_ndarray(format="rgb24")
                 seconds[k] = t
-            elif k > first and prev is None and not out:
-                prev = (frame.to_ndarray(format="rgb24"), t)
             if k >= last:
                 break
-    if not out and prev is not None:
-        out[first], seconds[first] = prev
-    if not out:
-        raise BadVideo(f"undecodable video: frame {first} does not decode")
-    have = sorted(out)
-    frames, secs = [], []
-    for i in want:  # a missing frame (the stream ended early, a gap): the nearest before it
-        k = max((h for h in have if h <= i), default=have[0])
-        frames.append(out[k])
-        secs.append(seconds[k])
-    return torch.from_numpy(np.stack(frames)), tuple(float(s) for s in secs)
+            if k > first and not out:  # the stream skips the first wanted index: take this
+                out[first], seconds[first] = frame.to_ndarray(format="rgb24"), t
+        if not out:
+            raise BadVideo(f"undecodable video: frame {first} does not decode")
+        have = sorted(out)
+        frames, secs = [], []
+        for i in want:  # a missing frame (the stream ended early, a gap): the nearest before
+            k = max((h for h in have if h <= i), default=have[0])
+            frames.append(out[k])
+            secs.append(seconds[k])
+        return torch.from_numpy(np.stack(frames)), tuple(float(s) for s in secs)
+
+    def _audio(self, start: float, stop: float, rate: int, channels: int) -> torch.Tensor:
+        import av
+
+        with open_container(self.data) as container:
+            stream = container.streams.audio[0]
+            layout = "mono" if channels == 1 else "stereo"
+            resampler = av.AudioResampler(format="fltp", layout=layout, rate=rate)
+            if start > 0:
+                container.seek(int(start / float(stream.time_base)), stream=stream)
+            parts, first = [], None
+            for frame in container.decode(stream):
+                if frame.pts is None:
+                    continue
+                t = float(frame.pts * stream.time_base)
+                if t >= stop:
+                    break
+                for f in resampler.resample(frame):
+                    if first is None:
+                        first = float(f.pts * f.time_base) if f.pts is not None else t
+                    parts.append(f.to_ndarray())
+        if not parts:
+            return torch.zeros(channels, 0)
+        wave = torch.from_numpy(np.concatenate(parts, axis=1))
+        skip = max(0, round((start - (first or 0.0)) * rate))
+        return wave[:, skip:]
 
 
-__all__ = ["BACKENDS", "Clip", "decode_frames", "video_backend"]
+__all__ = ["BACKENDS", "Clip", "OpenVideo", "decode_frames", "open_video", "video_backend"]
