@@ -5,8 +5,8 @@ occurrence (``clip``), this draws the clip's frames (``loaders.clips.sampling``)
 spatial head's parameters once per clip from the sample's generator, decodes only those frames
 (``wdstool.format.clipdecode``: from the keyframe before the first, forward to the last),
 crops and resizes every frame the same way straight into the batch slot, and runs the tail
-once on the whole clip as a ``tv_tensors.Video`` (torchvision's v2 ops draw their parameters
-once per call, so every frame gets the same ColorJitter, the same erasing box). An image
+once on the whole clip, a [T,3,H,W] tensor (torchvision's v2 ops draw their parameters once
+per call, so every frame gets the same ColorJitter, the same erasing box). An image
 sample of a mixed epoch becomes a still clip: the image's recipe, repeated over the frames.
 """
 
@@ -17,7 +17,6 @@ from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 import torch
-from torchvision import tv_tensors
 
 from loaders.clips.members import media_part, video_facts
 from loaders.clips.sampling import draw_clip
@@ -167,8 +166,9 @@ class ClipRecipe:
     def _tail(self, clip: torch.Tensor, rng: random.Random, seeder: Seeder) -> torch.Tensor:
         if not self.recipe.tail:
             return clip
-        got = self.recipe.finish(tv_tensors.Video(clip), rng, seeder)
-        return got.as_subclass(torch.Tensor) if isinstance(got, torch.Tensor) else got
+        # a plain [T,3,H,W] tensor: v2 ops take it as a batch of images and draw once per call
+        # (as a tv_tensors.Video some ops, Grayscale among them, would pass it through)
+        return self.recipe.finish(clip, rng, seeder)
 
 
 def _headless(recipe: Recipe) -> Recipe:
