@@ -294,7 +294,7 @@ def test_a_bad_video_is_named_or_replaced(videos: list[bytes], tmp_path: Path) -
 
 
 def test_settings_a_clips_loader_refuses(shards: str) -> None:
-    with pytest.raises(ConfigError, match="stride .* or fps"):
+    with pytest.raises(ConfigError, match=r"stride .* or fps"):
         Clips(stride=2, fps=10)
     with pytest.raises(ConfigError, match="frames must be"):
         Clips(frames=0)
