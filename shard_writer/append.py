@@ -28,7 +28,14 @@ from shard_writer.dest import STATE_DIR, Destination
 from shard_writer.publish import STATE_NAME
 from shard_writer.write import ShardOutcome
 from wdstool.base.errors import DestinationError, InputError, WdsToolError
-from wdstool.format.manifest import MANIFEST_NAME, Manifest, ShardEntry, manifest_from_json
+from wdstool.format.manifest import (
+    MANIFEST_NAME,
+    NO_VIDEOS,
+    Manifest,
+    ShardEntry,
+    VideoTotals,
+    manifest_from_json,
+)
 from wdstool.format.versions import Version
 
 log = logging.getLogger(__name__)
@@ -175,6 +182,7 @@ class Added:
     inputs: tuple[str, ...]
     next_key: int
     options: dict[str, Any]
+    videos: VideoTotals = NO_VIDEOS
 
 
 def appended_manifest(base: Base, added: Added) -> Manifest:
@@ -209,4 +217,5 @@ def appended_manifest(base: Base, added: Added) -> Manifest:
         skipped=tuple(skipped),
         name=old.name,
         versions=(*base.versions, version),
+        videos=old.videos.plus(added.videos),
     )

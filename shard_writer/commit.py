@@ -22,7 +22,13 @@ from shard_writer.execute import Engine, execute
 from shard_writer.options import PackSummary, ProgressFn, WriteOptions
 from shard_writer.publish import prepare_dest, reusable, summary_from_manifest
 from shard_writer.write import ShardOutcome
-from wdstool.format.manifest import MANIFEST_NAME, ShardEntry, build_manifest
+from wdstool.format.manifest import (
+    MANIFEST_NAME,
+    NO_VIDEOS,
+    ShardEntry,
+    VideoTotals,
+    build_manifest,
+)
 
 
 class NamedTask(Protocol):
@@ -51,6 +57,7 @@ class Job:
     inputs: tuple[str, ...] = ()
     next_key: int = 0
     extra: dict[str, Any] = field(default_factory=dict)  # merged into the summary
+    videos: VideoTotals = NO_VIDEOS  # of the samples written (pack: from the probe)
 
 
 def commit(
@@ -94,6 +101,7 @@ def commit(
             fingerprint=job.fingerprint,
             options=job.recorded,
             skipped=job.skipped,
+            videos=job.videos,
         )
     else:
         manifest = appended_manifest(
@@ -107,6 +115,7 @@ def commit(
                 inputs=job.inputs,
                 next_key=job.next_key,
                 options=job.recorded,
+                videos=job.videos,
             ),
         )
     if job.options.sync:
@@ -114,6 +123,8 @@ def commit(
     dest.write_bytes(MANIFEST_NAME, manifest.dumps())
     dest.remove(STATE_DIR)
     extra = dict(job.extra)
+    if job.videos.count:
+        extra["videos"] = job.videos.to_json()
     if job.options.restart_markers:
         extra["restart_markers"] = restart_summary(outcomes)
     if manifest.versions:

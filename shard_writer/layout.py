@@ -110,13 +110,15 @@ def plan_layout(
 
     Samples are shuffled across classes first (seeded, unless ``shuffle`` is off): ImageFolder
     order is sorted by class, and no buffer shuffle at read time can repair class-sorted shards.
-    ``infos`` (from the probe) give the bytes each image member stores. A shard exceeds
+    ``infos`` (from the probe) give the bytes each image or video member stores (and a video's
+    facts, which its ``KEY.json`` carries). A shard exceeds
     ``max_size`` only when a single sample does.
     """
     if len(infos) != len(files):
         raise ValueError("infos must match files")
     needs = [
-        sample_bound(f, info.payload_size, classes) for f, info in zip(files, infos, strict=True)
+        sample_bound(f, info.payload_size, classes, info.video)
+        for f, info in zip(files, infos, strict=True)
     ]
     groups = group_samples(needs, options)
     first, start = numbering.first_shard, numbering.first_key

@@ -1,10 +1,12 @@
-"""SRC as a listing file: one row per image, in the order the shards' samples start from.
+"""SRC as a listing file: one row per image or video, in the order the shards' samples start from.
 
 ``wdstool pack LISTING DEST`` where LISTING is a ``.csv``, ``.tsv``, ``.jsonl`` or ``.parquet``
 file, local or at any fsspec URL. Columns (renamed with :class:`ListingColumns`):
 
-- ``path`` (required): the image, relative to the listing's folder (on S3 too), absolute, or a
-  URL (``s3://...``, any fsspec URL). Two rows naming the same image are an error.
+- ``path`` (required): the image or video (the probe tells them apart by their bytes), relative
+  to the listing's folder (on S3 too), absolute, or a URL (``s3://...``, any fsspec URL). Two
+  rows naming the same file are an error. Without a ``path`` column (and no ``path_column=``),
+  a column named ``video`` is the path column.
 - ``label`` (optional): integer labels or class names, never both. In a CSV/TSV every value is
   text: when every label is ASCII digits they are integers, otherwise all are names. In JSON
   Lines and parquet an int (>= 0) is an integer label and a string a name. Names are indexed in
@@ -133,6 +135,13 @@ def scan_listing(
     if not rows:
         raise InputError(f"{url}: no rows (expected one row per image after the header)")
     path_col, label_col, caption_col = columns.names
+    if (
+        columns.path is None
+        and path_col not in names
+        and "video" in names
+        and "video" not in (label_col, caption_col)
+    ):
+        path_col = "video"  # a listing of videos names its files so
     for col, given, flag in (
         (path_col, True, "path"),
         (label_col, columns.label is not None, "label"),

@@ -1,8 +1,8 @@
 """``pack``: ImageFolder tree or listing -> shards + ``index.json``, in parallel, resumable,
 reproducible.
 
-Steps: scan SRC (walk the tree, or read the listing) -> probe every image (measuring re-encoded
-sizes) -> pure layout -> check DEST -> write the shards
+Steps: scan SRC (walk the tree, or read the listing) -> probe every image or video (measuring
+re-encoded image sizes; a video's facts) -> pure layout -> check DEST -> write the shards
 not already complete (process pool) -> write ``index.json`` last (:mod:`shard_writer.commit`;
 ``--append``: :mod:`shard_writer.append`). A shard is complete when its
 final file exists and its size and sha256 equal what its marker (written right after
@@ -26,7 +26,7 @@ from shard_writer.execute import Engine, absolute, engine
 from shard_writer.hub import HubScan, HubShardTask, hub_order, hub_scan, probe_hub
 from shard_writer.layout import Numbering, plan_layout
 from shard_writer.listing import scan_source
-from shard_writer.members import mixed_image_members
+from shard_writer.members import mixed_image_members, video_totals
 from shard_writer.options import PackOptions, PackSummary, ProgressFn
 from shard_writer.probe import probe_files
 from shard_writer.publish import fingerprint
@@ -48,7 +48,7 @@ def pack(
     on_total: Callable[[int, int, str], None] | None = None,
 ) -> PackSummary:
     """Pack ``src`` (an ImageFolder tree, or a listing file: a .csv, .tsv, .jsonl or .parquet
-    file naming one image per row) into shards and ``index.json`` under ``dest_url``; with
+    file naming one image or video per row) into shards and ``index.json`` under ``dest_url``; with
     ``options.append``, as a new version of the data set already there.
 
     ``on_total(items, shards, phase)`` announces each phase ("probe", then "pack");
@@ -79,7 +79,10 @@ def _pack(
         p = scan.problems[0]
         raise InputError(f"{os.path.join(scan.root, p.path)}: {p.reason}")
     if not scan.files:
-        raise InputError(f"{scan.root}: no images found (extensions: .jpg .jpeg .png .webp ...)")
+        raise InputError(
+            f"{scan.root}: no images or videos found (extensions: .jpg .jpeg .png .webp ... "
+            ".mp4 .webm .mkv .mov .m4v .avi)"
+        )
     dest = Destination(dest_url, storage_options)
     base = read_base(dest) if options.append else None
 
@@ -94,7 +97,9 @@ def _pack(
     )
     skipped = [*scan.problems, *skipped]
     if not files:
-        raise InputError(f"{scan.name}: no valid images: all {len(skipped)} inputs were skipped")
+        raise InputError(
+            f"{scan.name}: no valid images or videos: all {len(skipped)} inputs were skipped"
+        )
     mixed = mixed_image_members(infos)
     if mixed:
         log.warning("%s: %s", scan.name, mixed)
@@ -145,6 +150,7 @@ def _pack(
         appended=appended,
         inputs=(src,),
         next_key=numbering.first_key + len(scan.files),
+        videos=video_totals(infos),
     )
     return commit(job, eng, started, progress, on_total)
 

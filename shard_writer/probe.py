@@ -1,16 +1,20 @@
-"""Probe every candidate image before the layout is planned.
+"""Probe every candidate image or video before the layout is planned.
 
 The layout must know which inputs are good and how many bytes each sample stores, so probing
 comes first, in parallel: by default only the image header and the last few KB (the end marker)
 are read, not the whole file; ``--verify-decode`` decodes fully; re-encoding encodes once to
-learn the size (PIL's encoder is deterministic; the shard writer encodes again). Failures are
-known before any shard is written, so ``--on-error fail`` publishes nothing and no shard ends
+learn the size (PIL's encoder is deterministic; the shard writer encodes again). A video (told
+apart by its leading bytes, never its name) is read whole and probed with
+:func:`wdstool.format.video.probe_video` (its streams, frames and keyframes; its first frame
+decoded); it is stored as it is, whatever the re-encoding options (they apply to images).
+Failures are known before any shard is written, so ``--on-error fail`` publishes nothing and no shard ends
 up emptier than the layout planned.
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
 from collections.abc import Callable, Iterable
@@ -20,9 +24,18 @@ from typing import NamedTuple
 
 from shard_writer import sources
 from shard_writer.image import BadImage, PreparedImage, prepare_image
-from shard_writer.scan import Scan, Skipped, SourceFile, describe_stat_error, locate, printable
-from wdstool.base.errors import InputError
+from shard_writer.scan import (
+    VIDEO_FILE_EXTENSIONS,
+    Scan,
+    Skipped,
+    SourceFile,
+    describe_stat_error,
+    locate,
+    printable,
+)
+from wdstool.base.errors import ConfigError, InputError
 from wdstool.base.urls import is_remote
+from wdstool.format.video import BadVideo, probe_video, video_kind
 
 _CHUNK = 128
 _TAIL = 4096
@@ -30,7 +43,7 @@ _TAIL = 4096
 
 @dataclass(frozen=True, kw_only=True)
 class EncodeOptions:
-    """Everything that changes the bytes of a sample."""
+    """Everything that changes the bytes of a sample (of an image: videos keep theirs)."""
 
     verify_decode: bool = False
     max_side: int | None = None
@@ -62,7 +75,8 @@ class EncodeOptions:
 
 @dataclass(frozen=True, slots=True)
 class ImageInfo:
-    """What the shard writer needs to know about a good input."""
+    """What the shard writer needs to know about a good input (an image, or a video: then
+    ``ext`` and ``fmt`` are its container's member extension and ``video`` its facts)."""
 
     ext: str
     width: int
@@ -70,6 +84,8 @@ class ImageInfo:
     fmt: str
     payload_size: int
     source_size: int = -1  # bytes of the source file (learned here when the scan did not stat it)
+    # a video's facts, KEY.json's "video": VideoInfo.to_json() as canonical JSON; "" for an image
+    video: str = ""
 
 
 def info_of(img: PreparedImage, source_size: int) -> ImageInfo:
@@ -145,21 +161,57 @@ def _head_and_tail(url: str, size: int, storage_options: dict | None = None) -> 
     return read_source(url, None, storage_options)  # rare: a trailer after the end marker
 
 
+def video_info(data: bytes, where: str) -> ImageInfo:
+    """What the layout needs of a whole source video ``data`` (``where``: its path, for the
+    error when PyAV is missing): its facts from ``probe_video`` (its first frame decoded);
+    BadImage with BadVideo's reason when it is not a video pack can store."""
+    try:
+        facts = probe_video(data)
+    except BadVideo as exc:
+        raise BadImage(str(exc)) from None
+    except ImportError:
+        raise ConfigError(
+            f"{where}: a video; probing videos needs PyAV: pip install 'wdstool[video]'"
+        ) from None
+    ext = video_kind(data) or ""
+    canonical = json.dumps(facts.to_json(), sort_keys=True, separators=(",", ":"))
+    return ImageInfo(ext, facts.width, facts.height, ext, len(data), len(data), canonical)
+
+
+def _named_video(f: SourceFile, exc: BadImage) -> BadImage:
+    """The reason for a file named as a video whose bytes are no image either: what
+    ``probe_video`` says of an unrecognised container (the bytes decided; the name only picks
+    the words)."""
+    if f.relpath.lower().endswith(VIDEO_FILE_EXTENSIONS) and str(exc).startswith("not an image"):
+        return BadImage("not a video (unrecognised container)")
+    return exc
+
+
 def probe_one(
     root: str, f: SourceFile, encode: EncodeOptions, storage_options: dict | None = None
 ) -> ImageInfo:
-    """Check one input; raise BadImage with the reason."""
+    """Check one input, an image or a video (from its bytes); raise BadImage with the reason."""
     url = locate(root, f)
     size = f.size if f.size >= 0 else source_size(url, storage_options)
     if encode.verify_decode or encode.reencode:
-        img = encode.apply(
-            read_source(url, size, storage_options), verify_decode=encode.verify_decode
-        )
+        data = read_source(url, size, storage_options)
+        if video_kind(data) is not None:
+            return video_info(data, url)
+        try:
+            img = encode.apply(data, verify_decode=encode.verify_decode)
+        except BadImage as exc:
+            raise _named_video(f, exc) from None
         return info_of(img, size)
     if size == 0:
         raise BadImage("empty file")
     sample = _head_and_tail(url, size, storage_options)
-    img = prepare_image(sample)
+    if video_kind(sample) is not None:  # read whole: its index may lie anywhere in the file
+        whole = sample if len(sample) == size else read_source(url, size, storage_options)
+        return video_info(whole, url)
+    try:
+        img = prepare_image(sample)
+    except BadImage as exc:
+        raise _named_video(f, exc) from None
     return ImageInfo(img.ext, img.width, img.height, img.fmt, size, size)
 
 
@@ -233,8 +285,9 @@ class Payload(NamedTuple):
 
 def rewritten(data: bytes, info: ImageInfo, encode: EncodeOptions) -> Payload:
     """The bytes to store for ``data``, a probed input's, at write time: re-encoded (the size
-    the probe learned) and/or with restart markers (at most the planned size)."""
-    if not encode.rewrites:
+    the probe learned) and/or with restart markers (at most the planned size); a video's as
+    they are."""
+    if info.video or not encode.rewrites:
         return Payload(data, len(data))
     img = encode.apply(data)
     planned = info.payload_size

@@ -128,4 +128,5 @@ def summary_from_manifest(
         seconds=time.perf_counter() - started,
         workers=workers,
         up_to_date=True,
+        extra={"videos": manifest.videos.to_json()} if manifest.videos.count else {},
     )

@@ -5,7 +5,9 @@
 order, walks each class folder with ``sorted(os.walk(..., followlinks=True))`` and keeps the files
 whose lower-cased name ends with one of ``IMG_EXTENSIONS``. We reproduce that order so labels
 match, and record (instead of raising) what torchvision would choke on: empty class folders,
-files that cannot be stat'ed (broken symlinks, permissions).
+files that cannot be stat'ed (broken symlinks, permissions). Videos (``VIDEO_FILE_EXTENSIONS``:
+``class/clip.mp4``, ...) are kept too, in the same order, beside images or alone; the probe
+tells an image from a video by its bytes, never by this name.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from shard_writer import sources
 from wdstool.base.errors import InputError
 from wdstool.base.urls import is_remote, local_path
+from wdstool.format.video import VIDEO_ORDER
 
 # torchvision.datasets.folder.IMG_EXTENSIONS
 IMG_EXTENSIONS: tuple[str, ...] = (
@@ -30,11 +33,14 @@ IMG_EXTENSIONS: tuple[str, ...] = (
     ".tiff",
     ".webp",
 )
+# the video containers pack stores (wdstool.format.video), and everything the walk keeps
+VIDEO_FILE_EXTENSIONS: tuple[str, ...] = tuple(f".{ext}" for ext in VIDEO_ORDER)
+MEDIA_EXTENSIONS: tuple[str, ...] = IMG_EXTENSIONS + VIDEO_FILE_EXTENSIONS
 
 
 @dataclass(frozen=True, slots=True)
 class SourceFile:
-    """One candidate image: its position in source order, its path, label and metadata.
+    """One candidate image or video: its position in source order, its path, label and metadata.
 
     From an ImageFolder tree: ``relpath`` is relative to the root, ``size`` comes from the walk,
     the other fields keep their defaults. From a listing: ``index`` is the row's position,
@@ -122,7 +128,7 @@ def describe_stat_error(path: str, exc: OSError) -> str:
 
 
 def scan_imagefolder(root: str | os.PathLike[str], storage_options: dict | None = None) -> Scan:
-    """Walk ``root`` (``root/<class>/**/<image>``) and return every candidate image.
+    """Walk ``root`` (``root/<class>/**/<image or video>``) and return every candidate file.
 
     ``root`` may be a URL (``s3://bucket/prefix``): it is then listed in one recursive listing
     and put in the same order. Raises InputError when root is missing, is not a directory, or
@@ -155,7 +161,7 @@ def scan_imagefolder(root: str | os.PathLike[str], storage_options: dict | None 
         found = 0
         for dirpath, _dirs, fnames in sorted(os.walk(class_dir, followlinks=True)):
             for fname in sorted(fnames):
-                if not fname.lower().endswith(IMG_EXTENSIONS):
+                if not fname.lower().endswith(MEDIA_EXTENSIONS):
                     continue
                 path = os.path.join(dirpath, fname)
                 rel = os.path.relpath(path, root)
@@ -175,7 +181,7 @@ def scan_imagefolder(root: str | os.PathLike[str], storage_options: dict | None 
 
 def _scan_remote(root: str, storage_options: dict | None) -> Scan:
     classes, found, empty = sources.imagefolder_order(
-        sources.list_tree(root, storage_options), IMG_EXTENSIONS
+        sources.list_tree(root, storage_options), MEDIA_EXTENSIONS
     )
     if not classes:
         raise InputError(

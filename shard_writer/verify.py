@@ -7,6 +7,10 @@ counts, layout, a corrupt tar) stops at the first bad shard, as a one-line error
 Samples whose member sets differ (other tools' shards: some samples without ``.txt``) are a
 warning naming the first one, since readers that take their columns from the first samples
 (Hugging Face ``datasets``) drop, or fail on, members the first samples lack.
+
+A sample's media is its one image or video member (``KEY.mp4``, ``KEY.webm``, ...: the
+extensions of :mod:`wdstool.format.video`); a video member's bytes must be a video container,
+and ``decode`` probes it as pack did (its streams and frames, its first frame decoded).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shard_writer.foreign_index import dataset_of
-from wdstool.base.errors import ShardError, UnsafeMembersError, WdsToolError
+from wdstool.base.errors import ConfigError, ShardError, UnsafeMembersError, WdsToolError
 from wdstool.base.remote import open_shard
 from wdstool.format.images import IMAGE_EXTENSIONS
 from wdstool.format.indexes import split_fragment
@@ -26,6 +30,7 @@ from wdstool.format.shard_formats import TAR, format_for
 from wdstool.format.shardlist import is_pattern
 from wdstool.format.tar_read import ObservedTarSampleReader, TarMember
 from wdstool.format.tar_safety import printable_name, unsafe_reasons
+from wdstool.format.video import VIDEO_EXTENSIONS, BadVideo, probe_video, video_kind
 
 
 class _HashingReader:
@@ -90,19 +95,27 @@ def _where(source: str) -> str:
 
 def inspect_dataset(source: str, *, nkeys: int = 5, storage_options: dict | None = None) -> dict:
     """Summary of a dataset from its index (ours, wids', timm's; for other shards, counted
-    from their headers), plus the first ``nkeys`` keys of the first shard."""
+    from their headers), plus the first ``nkeys`` keys of the first shard. ``num_videos`` and
+    ``video_seconds`` are what the index records (0 without videos); ``num_videos`` is None when
+    it records none but the first samples hold videos (a data set not written by pack)."""
     manifest, base = dataset_of(source, storage_options)
     keys: list[str] = []
+    videos_seen = False
     if nkeys and manifest.shards:
         url = resolve_shard_url(base, manifest.shards[0].url)
         with open_shard(url, storage_options) as f:
-            for sample in format_for(url).read(f, url, keep=lambda ext: False):
+            for sample in format_for(url).read(f, url, keep=lambda ext: ext == "json"):
                 keys.append(sample.key)
+                videos_seen = videos_seen or b'"video"' in bytes(sample.parts.get("json", b""))
                 if len(keys) >= nkeys:
                     break
     counts = manifest.shard_sizes
     info = manifest.to_json()
+    info.pop("videos", None)
+    unknown = videos_seen and not manifest.videos.count
     info.update(
+        num_videos=None if unknown else manifest.videos.count,
+        video_seconds=round(manifest.videos.seconds, 3),
         manifest=_where(source),
         shards=info.pop("shardlist"),
         min_samples=min(counts) if counts else 0,
@@ -157,25 +170,46 @@ def _check_sample(sample: Any, url: str, nclasses: int, decode: bool) -> bool:
     """Check one sample; return whether it has a label (``.cls``). With class names in the
     manifest every sample needs one; without (a listing with integer labels or none), a label
     is optional, but must be an integer when present."""
-    images = [e for e in sample.parts if e in IMAGE_EXTENSIONS]
-    if len(images) != 1:
+    media = [e for e in sample.parts if e in IMAGE_EXTENSIONS or e in VIDEO_EXTENSIONS]
+    if len(media) != 1:
         raise ShardError(
-            f"{url}: sample {sample.key!r} has {len(images)} image members, expected 1"
+            f"{url}: sample {sample.key!r} has {len(media)} image or video members, expected 1"
         )
+    if media[0] in VIDEO_EXTENSIONS:
+        _check_video(sample, media[0], url, decode)
     cls = sample.parts.get("cls")
     if cls is None:
         if nclasses:
             raise ShardError(f"{url}: sample {sample.key!r} has no .cls member")
     else:
         _check_label(sample.key, cls, url, nclasses)
-    if decode:
+    if decode and media[0] in IMAGE_EXTENSIONS:
         from wdstool.format.decode import decode_rgb
 
         try:
-            decode_rgb(sample.parts[images[0]], images[0])
+            decode_rgb(sample.parts[media[0]], media[0])
         except WdsToolError as exc:
             raise ShardError(f"{url}: sample {sample.key!r}: {exc.message}") from None
     return cls is not None
+
+
+def _check_video(sample: Any, ext: str, url: str, decode: bool) -> None:
+    """A video member is a video container; with ``decode``, one pack would store."""
+    data = sample.parts[ext]
+    if video_kind(data) is None:
+        raise ShardError(
+            f"{url}: sample {sample.key!r}: .{ext} member is not a video (unrecognised container)"
+        )
+    if not decode:
+        return
+    try:
+        probe_video(data)
+    except BadVideo as exc:
+        raise ShardError(f"{url}: sample {sample.key!r}: .{ext} member: {exc}") from None
+    except ImportError:
+        raise ConfigError(
+            f"{url}: holds videos; decoding them needs PyAV: pip install 'wdstool[video]'"
+        ) from None
 
 
 def _check_label(key: str, cls: bytes, url: str, nclasses: int) -> None:
@@ -202,7 +236,7 @@ def verify_shard(
     """Check one shard; raise ShardError at its first problem, except members unsafe to
     extract: those are returned (and passed to ``on_unsafe`` as they are found). Each sample's
     member set goes to ``member_sets``; its samples and bytes are added to ``totals``. A count
-    or size the index does not give (-1) is not checked."""
+    or size the index does not give (-1) is not checked. ``totals``: [samples, bytes, videos]."""
     entry = manifest.shards[index]
     url = resolve_shard_url(base, entry.url)
     try:
@@ -216,7 +250,7 @@ def verify_shard(
         reader = _HashingReader(f, on_bytes)
         seen: set[str] = set()
         labelled: set[bool] = set()
-        n = 0
+        n = videos = 0
         unsafe: list[UnsafeMember] = []
 
         def check_member(m: TarMember) -> None:
@@ -238,6 +272,7 @@ def verify_shard(
                 raise ShardError(f"{url}: duplicate key {sample.key!r}")
             seen.add(sample.key)
             labelled.add(_check_sample(sample, url, len(manifest.classes), decode))
+            videos += any(e in VIDEO_EXTENSIONS for e in sample.parts)
             if member_sets is not None:
                 member_sets.see(url, sample.key, sample.parts)
             if len(labelled) > 1:
@@ -255,6 +290,7 @@ def verify_shard(
     if totals is not None:
         totals[0] += n
         totals[1] += reader.size
+        totals[2] += videos
     return unsafe
 
 
@@ -277,7 +313,7 @@ def verify_dataset(
     manifest, base = dataset_of(source, storage_options, count=False)
     unsafe: list[UnsafeMember] = []
     member_sets = MemberSets()
-    totals = [0, 0]
+    totals = [0, 0, 0]
     for i in range(len(manifest.shards)):
         unsafe += verify_shard(
             manifest,
@@ -295,6 +331,7 @@ def verify_dataset(
         "manifest": _where(source),
         "num_shards": len(manifest.shards),
         "num_samples": totals[0],
+        "num_videos": totals[2],
         "total_bytes": totals[1],
         "decoded": decode,
         "unsafe_members": [p.to_json() for p in unsafe],

@@ -86,3 +86,29 @@ def test_missing_source_bucket_is_one_line(tmp_path: Path, s3_server) -> None:
     err = r.stderr.strip().splitlines()
     assert len(err) == 1 and "s3://no-such-bucket-here/images" in err[0], r.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_videos_from_s3_equal_videos_from_disk(tmp_path: Path, s3_server, s3_bucket) -> None:
+    """Videos beside images and alone, one over 128 KiB (read whole after the probe's head):
+    listed in ImageFolder order and packed into the same bytes as from disk."""
+    from shard_writer.sample_videos import VideoSettings, encode_video
+
+    small = VideoSettings(width=64, height=48, fps=10, gop=5)
+    root = make_tree(tmp_path / "src", {"a": 2})
+    (root / "a" / "clip.mp4").write_bytes(encode_video(20, small))
+    (root / "b").mkdir()
+    (root / "b" / "pan.webm").write_bytes(
+        encode_video(15, VideoSettings(width=64, height=48, fps=10, gop=5, codec="vp9"), i=1)
+    )
+    big = encode_video(90, VideoSettings(width=160, height=120, fps=30, gop=15, crf=2), i=2)
+    assert len(big) > 2 * 65536
+    (root / "b" / "big.mp4").write_bytes(big)
+    url = upload_tree(s3_server, root, s3_bucket, "videos")
+    common = ["--max-count", "3", "--json"]
+    ref = json.loads(run_cli("pack", str(root), str(tmp_path / "ref"), *common).stdout)
+    env = {k: v for k, v in s3_server.env.items() if k != "AWS_ENDPOINT_URL"}
+    ep = ["--endpoint-url", s3_server.endpoint_url]
+    got = json.loads(run_cli("pack", url, str(tmp_path / "got"), *common, *ep, env=env).stdout)
+    assert got["samples"] == ref["samples"] == 5 and got["skipped"] == []
+    assert got["videos"] == ref["videos"] and got["videos"]["count"] == 3
+    assert dir_bytes(tmp_path / "got") == dir_bytes(tmp_path / "ref")

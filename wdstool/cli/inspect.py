@@ -30,8 +30,9 @@ from wdstool.cli.defaults import library_option
 def inspect_cmd(
     source: str, nkeys: int, as_json: bool, storage_options: dict[str, Any] | None
 ) -> None:
-    """Show the shards, samples, classes and sizes of a packed dataset, and its versions
-    when something was appended to it (pack/reshard --append).
+    """Show the shards, samples, classes and sizes of a packed dataset, how many samples are
+    videos and their duration in all (as index.json records them), and its versions when
+    something was appended to it (pack/reshard --append).
 
     SOURCE is a folder or prefix holding index.json, or the manifest's own path/URL.
     """
@@ -47,6 +48,10 @@ def inspect_cmd(
         f"max {info['max_samples']})"
     )
     click.echo(f"samples   {info['num_samples']}")
+    if info["num_videos"] is None:
+        click.echo("videos    not counted (index.json records none; pack it to count them)")
+    elif info["num_videos"]:
+        click.echo(f"videos    {info['num_videos']}  ({info['video_seconds']:.1f} s in all)")
     click.echo(f"bytes     {format_size(info['total_bytes'])}")
     click.echo(
         f"classes   {len(info['classes'])}: {', '.join(info['classes'][:10])}"
@@ -73,7 +78,11 @@ def inspect_cmd(
 
 @click.command("verify")
 @click.argument("source", type=str)
-@click.option("--decode", is_flag=True, help="Also decode every image.")
+@click.option(
+    "--decode",
+    is_flag=True,
+    help="Also decode every image, and probe every video (streams, frames, first frame decoded).",
+)
 @click.option(
     "--allow-unsafe-names",
     is_flag=True,
@@ -93,8 +102,10 @@ def verify_cmd(
 ) -> None:
     """Re-read every shard and check it against index.json.
 
-    Checks sizes, sha256, tar structure, member layout (KEY.<image>, KEY.cls) and sample counts;
-    with --decode every image is decoded. Exits non-zero naming the first bad shard.
+    Checks sizes, sha256, tar structure, member layout (KEY.<image or video>, KEY.cls; a video
+    member's bytes must be a video container) and sample counts; with --decode every image is
+    decoded and every video probed as pack does. Exits non-zero naming the first bad shard
+    (and sample).
 
     Members unsafe to extract with tar -x (absolute or '..' names, symlinks, hard links,
     devices, FIFOs, non-UTF-8 names) are all listed, one line each, then fail the run unless
@@ -142,9 +153,15 @@ def verify_cmd(
         emit_json(report)
     else:
         unsafe = len(report["unsafe_members"])
+        videos = report["num_videos"]
         click.echo(
-            f"ok: {report['num_shards']} shards, {report['num_samples']} samples, "
-            f"{format_size(report['total_bytes'])} verified"
-            + (" (images decoded)" if decode else "")
+            f"ok: {report['num_shards']} shards, {report['num_samples']} samples"
+            + (f" ({videos} videos)" if videos else "")
+            + f", {format_size(report['total_bytes'])} verified"
+            + (
+                (" (images decoded, videos probed)" if videos else " (images decoded)")
+                if decode
+                else ""
+            )
             + (f" ({unsafe} unsafe member(s) allowed)" if unsafe else "")
         )

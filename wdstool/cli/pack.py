@@ -25,7 +25,8 @@ OPTIONS = "shard_writer:PackOptions"  # the defaults of every option that has a 
     "--verify-decode",
     is_flag=True,
     help="Fully decode every image (catches truncated data); by default only the "
-    "header and end marker are checked.",
+    "header and end marker are checked. Videos are always probed with their first frame "
+    "decoded.",
 )
 @click.option(
     "--resume",
@@ -37,7 +38,7 @@ OPTIONS = "shard_writer:PackOptions"  # the defaults of every option that has a 
     OPTIONS,
     "--path-column",
     metavar="NAME",
-    help="Listing SRC: the column holding the image paths [default: path].",
+    help="Listing SRC: the column holding the image or video paths [default: path, else video].",
 )
 @library_option(
     OPTIONS,
@@ -66,10 +67,10 @@ def pack_cmd(src: str, dest: str, storage_options: dict[str, Any] | None, **para
     """Convert SRC into tar shards in DEST. SRC is either
 
     \b
-    - an ImageFolder tree: SRC/<class>/<image>, labels from the class folders
+    - an ImageFolder tree: SRC/<class>/<image or video>, labels from the class folders
       (sorted, as torchvision's ImageFolder), or
-    - a listing file: a .csv, .tsv, .jsonl or .parquet file with one row per image.
-      Columns: path (required; relative to the listing's folder, absolute, or a URL),
+    - a listing file: a .csv, .tsv, .jsonl or .parquet file with one row per image or video.
+      Columns: path (required, or video; relative to the listing's folder, absolute, or a URL),
       label (optional; ints, or class names indexed in sorted order), caption (optional;
       KEY.txt in every sample, empty where a row has none), any others (stored in KEY.json). Rows keep their order
       until the pack-time shuffle. --path-column, --label-column and --caption-column
@@ -83,6 +84,11 @@ def pack_cmd(src: str, dest: str, storage_options: dict[str, Any] | None, **para
     (Hugging Face datasets) need; images in several formats are a warning. The same input
     and options always give byte-identical shards. An interrupted pack is finished by
     running the same command again.
+
+    Videos (.mp4 .webm .mkv .mov .m4v .avi; told apart from images by their bytes) are stored
+    as they are, KEY.mp4 (or .webm, ...), never re-encoded; KEY.json adds "video": frames, fps,
+    duration, keyframes, codec, audio. A video that does not probe (not a container, no video
+    stream, truncated, first frame undecodable) is skipped like a bad image.
 
     DEST may be a local folder or any fsspec URL, e.g. s3://bucket/prefix: each shard is built
     locally, uploaded whole, checked (size and ETag), and index.json is uploaded last. SRC may
@@ -103,6 +109,7 @@ def pack_cmd(src: str, dest: str, storage_options: dict[str, Any] | None, **para
         "pack",
         lambda **report: pack(src, dest, options, storage_options=storage_options, **report),
     )
+    noun = "samples" if summary.extra.get("videos") else "images"
     print_summary(
-        summary, as_json=params["as_json"], quiet=params["quiet"], verb="packed", noun="images"
+        summary, as_json=params["as_json"], quiet=params["quiet"], verb="packed", noun=noun
     )

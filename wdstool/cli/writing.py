@@ -62,12 +62,14 @@ def write_options(
         option(
             "--max-side",
             type=click.IntRange(min=8),
-            help="Downscale images whose longest side exceeds PX and re-encode them as JPEG.",
+            help="Downscale images whose longest side exceeds PX and re-encode them as JPEG "
+            "(images only: videos are stored as they are).",
         ),
         option(
             "--quality",
             type=click.IntRange(1, 100),
-            help="Re-encode every image as JPEG at this quality (90 with --max-side alone).",
+            help="Re-encode every image as JPEG at this quality (90 with --max-side alone; "
+            "images only: videos are stored as they are).",
         ),
         option(
             "--restart-markers",
@@ -76,7 +78,7 @@ def write_options(
             "(lossless: the same DCT coefficients, checked; optimized Huffman tables, one "
             "baseline scan, EXIF/ICC kept), so that the loaders decode only the part of the "
             "file a crop covers: ~1.5x faster crops of large images. Every JPEG reader reads "
-            "them; a whole decode is ~5% slower. Smaller images keep their bytes.",
+            "them; a whole decode is ~5% slower. Smaller images (and videos) keep their bytes.",
         ),
         option(
             "--on-error",
@@ -205,6 +207,9 @@ def print_summary(summary: Any, *, as_json: bool, quiet: bool, verb: str, noun: 
         f"{summary.mb_per_s:.0f} MB/s, {summary.workers} workers; "
         f"{summary.written_shards} shards written, {summary.reused_shards} reused"
     )
+    videos = summary.extra.get("videos")
+    if videos:
+        click.echo(f"  videos: {videos['count']} ({videos['seconds']:.1f} s in all)")
     for what in ("renamed", "duplicates"):
         if summary.extra.get(what):
             click.echo(f"  {what}: {summary.extra[what]}")

@@ -3,7 +3,9 @@
 It follows the wids shard-index layout so other tools read it (``__kind__``, ``wids_version``,
 ``shardlist`` of ``{url, nsamples, filesize}``) and adds our fields: sha256 per shard, classes,
 totals, pack options, a fingerprint of the layout, the skipped inputs and a format version, and,
-once something was appended, the version history (:mod:`wdstool.format.versions`).
+once something was appended, the version history (:mod:`wdstool.format.versions`); a data set
+with videos says how many and their duration in all (``"videos": {"count", "seconds"}``, absent
+without videos, so an image data set's manifest is what it always was).
 Shard URLs are relative to the manifest. Serialisation is canonical (sorted keys, fixed
 separators), so the same dataset always gives the same bytes.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -52,6 +55,22 @@ class ShardEntry(NamedTuple):
         return out
 
 
+class VideoTotals(NamedTuple):
+    """How many samples are videos, and their duration in all (seconds), as pack probed them."""
+
+    count: int = 0
+    seconds: float = 0.0
+
+    def plus(self, other: VideoTotals) -> VideoTotals:
+        return VideoTotals(self.count + other.count, self.seconds + other.seconds)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"count": self.count, "seconds": round(self.seconds, 3)}
+
+
+NO_VIDEOS = VideoTotals()
+
+
 @dataclass(frozen=True, kw_only=True)
 class Manifest:
     shards: tuple[ShardEntry, ...]
@@ -61,6 +80,7 @@ class Manifest:
     skipped: tuple[dict[str, str], ...] = ()
     name: str = ""
     versions: tuple[Version, ...] = ()  # () until something is appended
+    videos: VideoTotals = NO_VIDEOS  # recorded by pack (reshard and split do not count them)
 
     @property
     def num_samples(self) -> int:
@@ -92,6 +112,8 @@ class Manifest:
         }
         if self.versions:  # a data set never appended to keeps the manifest it always had
             out["versions"] = [v.to_json() for v in self.versions]
+        if self.videos.count:
+            out["videos"] = self.videos.to_json()
         return out
 
     def dumps(self) -> bytes:
@@ -176,7 +198,27 @@ def manifest_from_json(obj: Any, where: str) -> Manifest:
         else (),
         name=str(obj.get("name", "")),
         versions=parse_versions(obj.get("versions"), len(shards), where),
+        videos=_videos(obj.get("videos"), where),
     )
+
+
+def _videos(raw: Any, where: str) -> VideoTotals:
+    """A manifest's ``videos`` (absent: none counted)."""
+    if raw is None:
+        return NO_VIDEOS
+    count = raw.get("count") if isinstance(raw, dict) else None
+    seconds = raw.get("seconds") if isinstance(raw, dict) else None
+    if (
+        type(count) is not int
+        or count < 0
+        or type(seconds) not in (int, float)
+        or not (math.isfinite(seconds) and seconds >= 0)
+    ):
+        raise ShardError(
+            f"{where}: malformed manifest: 'videos' must be "
+            '{"count": an int >= 0, "seconds": a number >= 0}'
+        )
+    return VideoTotals(count, float(seconds))
 
 
 def _offsets(raw: Any, nsamples: int, at: str) -> tuple[int, ...]:
@@ -202,6 +244,7 @@ def build_manifest(
     skipped: Sequence[dict[str, str]],
     name: str = "",
     versions: Sequence[Version] = (),
+    videos: VideoTotals = NO_VIDEOS,
 ) -> Manifest:
     return Manifest(
         shards=tuple(entries),
@@ -211,6 +254,7 @@ def build_manifest(
         skipped=tuple(sorted(skipped, key=lambda s: s["path"])),
         name=name,
         versions=tuple(versions),
+        videos=videos,
     )
 
 

@@ -144,6 +144,7 @@ def probe_video(data: bytes | memoryview, *, decode: bool = True) -> VideoInfo:
             raise BadVideo(f"damaged stream after {len(pts)} frames ({_why(exc)})") from None
         if not pts:
             raise BadVideo("no frames")
+        _check_whole(container, stream, pts, fps)
         order = {p: i for i, p in enumerate(sorted(pts))}
         keyframes = tuple(sorted(order[k] for k in keys))[:MAX_KEYFRAMES]
         info = VideoInfo(
@@ -159,6 +160,19 @@ def probe_video(data: bytes | memoryview, *, decode: bool = True) -> VideoInfo:
     if decode:
         _decodes(data)
     return info
+
+
+def _check_whole(container: Any, stream: Any, pts: list[int], fps: float) -> None:
+    """BadVideo when the stream holds fewer frames than its container declares (a file cut
+    short whose index or header survived): MP4's frame count, Matroska/WebM's duration."""
+    declared = int(stream.frames or 0)
+    if declared and len(pts) < declared:
+        raise BadVideo(f"truncated: {len(pts)} of its {declared} frames are in the file")
+    if not declared and container.duration and stream.time_base:
+        seconds = container.duration / 1_000_000  # av.time_base
+        last = float((max(pts) - min(pts)) * stream.time_base) + 1.0 / fps
+        if last < seconds - max(0.2, 3.0 / fps):  # audio may outlast the video a little
+            raise BadVideo(f"truncated: {last:.2f} s of its {seconds:.2f} s are in the file")
 
 
 def _decodes(data: bytes | memoryview) -> None:
