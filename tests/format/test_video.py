@@ -118,3 +118,19 @@ def test_the_backend_is_chosen_by_the_environment(monkeypatch: pytest.MonkeyPatc
             clipdecode.video_backend()
     finally:
         clipdecode.video_backend.cache_clear()
+
+
+def test_skipping_unneeded_frames_changes_no_pixel(
+    clips: dict[str, bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PyAV drops the non-reference frames a clip does not need (x264's B-frames): every clip
+    frame equals the one a decode of every frame gives."""
+    import random
+
+    data = clips["h264"]
+    rng = random.Random(0)
+    wants = [[s + 2 * k for k in range(6)] for s in (rng.randint(0, 57) for _ in range(12))]
+    skipped = [decode_frames(data, w, backend="pyav").frames for w in wants]
+    monkeypatch.setattr(clipdecode._PyAVVideo, "skip", False)
+    full = [decode_frames(data, w, backend="pyav").frames for w in wants]
+    assert all(a.equal(b) for a, b in zip(skipped, full, strict=True))
