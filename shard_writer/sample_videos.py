@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import io
 import logging
+import multiprocessing as mp
 import random
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -157,28 +159,45 @@ def generate_sample_videos(
     min_seconds: float = 2.0,
     max_seconds: float = 6.0,
     settings: VideoSettings = VideoSettings(),
+    workers: int = 1,
 ) -> int:
     """An ImageFolder-style tree ``dest/class_c/video_iiiii.<ext>`` of ``videos`` sample videos
-    of ``min_seconds``..``max_seconds``; returns the bytes written."""
+    of ``min_seconds``..``max_seconds`` (encoded by ``workers`` processes); the bytes written."""
     if videos < 1 or classes < 1 or not 0 < min_seconds <= max_seconds:
         raise ConfigError(
             f"videos={videos}, classes={classes}, seconds {min_seconds}..{max_seconds}: "
             "need videos, classes >= 1 and 0 < min_seconds <= max_seconds"
         )
     root = Path(dest)
+    jobs = [(root, i, classes, seed, min_seconds, max_seconds, settings) for i in range(videos)]
+    if workers <= 1:
+        return sum(_write_one(*job) for job in jobs)
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+        return sum(pool.map(_write_one, *zip(*jobs, strict=True)))
+
+
+def _write_one(
+    root: Path,
+    i: int,
+    classes: int,
+    seed: int,
+    min_seconds: float,
+    max_seconds: float,
+    settings: VideoSettings,
+) -> int:
+    """Sample video ``i`` written (atomically) into its class folder; its size."""
+    rng = random.Random(f"seconds:{seed}:{i}")
+    seconds = rng.uniform(min_seconds, max_seconds)
     ext = CODECS[settings.codec][1]
-    total = 0
-    for i in range(videos):
-        rng = random.Random(f"seconds:{seed}:{i}")
-        seconds = rng.uniform(min_seconds, max_seconds)
-        path = root / f"class_{i % classes:03d}" / f"video_{i:05d}.{ext}"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = encode_video(max(1, round(seconds * settings.fps)), settings, seed=seed, i=i)
-        tmp = path.with_name(path.name + ".part")
-        tmp.write_bytes(data)
-        tmp.replace(path)
-        total += len(data)
-    return total
+    path = root / f"class_{i % classes:03d}" / f"video_{i:05d}.{ext}"
+    if path.exists():  # an interrupted run goes on where it stopped
+        return path.stat().st_size
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = encode_video(max(1, round(seconds * settings.fps)), settings, seed=seed, i=i)
+    tmp = path.with_name(path.name + ".part")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+    return len(data)
 
 
 __all__ = ["VideoSettings", "encode_video", "frame_index", "generate_sample_videos"]
