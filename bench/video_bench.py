@@ -6,6 +6,7 @@ rounds interleaved, ratios pair by pair (same round).
     python bench/video_bench.py generate DATA [--videos 200]   # DATA/videos + DATA/shards
     python bench/video_bench.py DATA [--rounds 3] [--out bench/results/video]
     python bench/video_bench.py run NAME DATA                 # one pipeline, one JSON line
+    python bench/video_bench.py memory DATA                   # 3 epochs: bytes read, peak PSS
 
 Pipelines (``NAME``):
 - ``wdstool``: ``make_loader(clips=Clips(frames=16, stride=2), image_size=224)``;
@@ -174,10 +175,10 @@ def run_baseline(name: str, data: Path) -> dict[str, Any]:
     return _epoch(loader, lambda b: b[0])
 
 
-def run_wdstool(data: Path) -> dict[str, Any]:
+def _wdstool_loader(data: Path) -> Any:
     from loaders import Clips, make_loader
 
-    loader = make_loader(
+    return make_loader(
         str(data / "shards"),
         batch_size=BATCH,
         clips=Clips(frames=FRAMES, stride=STRIDE),
@@ -186,11 +187,18 @@ def run_wdstool(data: Path) -> dict[str, Any]:
         rank=0,
         world_size=1,
     )
+
+
+def _data_bytes(data: Path) -> int:
+    index = json.loads((data / "shards" / "index.json").read_text())
+    return sum(s["filesize"] for s in index["shardlist"])
+
+
+def run_wdstool(data: Path) -> dict[str, Any]:
+    loader = _wdstool_loader(data)
     out = _epoch(loader, lambda b: b["video"])
     out["bytes_read"] = loader.bytes_read
-    out["data_bytes"] = sum(
-        s["filesize"] for s in json.loads((data / "shards" / "index.json").read_text())["shardlist"]
-    )
+    out["data_bytes"] = _data_bytes(data)
     return out
 
 
@@ -215,7 +223,48 @@ def _epoch(loader: Any, pixels: Any) -> dict[str, Any]:
     }
 
 
+def run_memory(data: Path, epochs: int = 3) -> dict[str, Any]:
+    """wdstool over ``epochs`` epochs: bytes read and the process tree's peak owned PSS
+    (anonymous + shared memory, sampled every 0.2 s) per epoch."""
+    import threading
+
+    import psutil
+
+    from loaders.monitor.memory import tree_memory
+
+    loader = _wdstool_loader(data)
+    peak = [0]
+    stop = threading.Event()
+
+    def sample() -> None:
+        me = psutil.Process()
+        while not stop.wait(0.2):
+            pids = [me.pid, *(c.pid for c in me.children(recursive=True))]
+            peak[0] = max(peak[0], tree_memory(pids).owned)
+
+    threading.Thread(target=sample, daemon=True).start()
+    out = []
+    for e in range(epochs):
+        loader.set_epoch(e)
+        before, peak[0] = loader.bytes_read, 0
+        t0 = time.perf_counter()
+        clips = sum(b["video"].shape[0] for b in loader)
+        out.append(
+            {
+                "epoch": e,
+                "clips": clips,
+                "seconds": time.perf_counter() - t0,
+                "bytes_read": loader.bytes_read - before,
+                "peak_owned_pss": peak[0],
+            }
+        )
+    stop.set()
+    return {"epochs": out, "data_bytes": _data_bytes(data)}
+
+
 def run_one(name: str, data: Path) -> dict[str, Any]:
+    if name == "memory":
+        return run_memory(data)
     if name in ("wdstool", "wdstool-tc"):
         if name == "wdstool-tc":
             os.environ["WDSTOOL_VIDEO_DECODER"] = "torchcodec"
@@ -288,6 +337,26 @@ def main_bench(data: Path, rounds: int, out: Path) -> None:
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "run":
         print(json.dumps(run_one(sys.argv[2], Path(sys.argv[3]))))
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "memory":
+        got = _subprocess("memory", Path(sys.argv[2]))
+        lines = [
+            "| epoch | clips | s | MB read | MB of shards | peak owned PSS (MB) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for e in got["epochs"]:
+            lines.append(
+                f"| {e['epoch']} | {e['clips']} | {e['seconds']:.1f} | "
+                f"{e['bytes_read'] / 1e6:.1f} | {got['data_bytes'] / 1e6:.1f} | "
+                f"{e['peak_owned_pss'] / 1e6:.0f} |"
+            )
+        out = REPO / "bench" / "results" / "video-memory.md"
+        out.write_text(
+            "# wdstool clips over 3 epochs: bytes read and peak memory\n\n"
+            + "\n".join(lines)
+            + "\n"
+        )
+        print("\n".join(lines))
         return
     if len(sys.argv) > 1 and sys.argv[1] == "generate":
         p = argparse.ArgumentParser()
