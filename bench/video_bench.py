@@ -16,7 +16,8 @@ Pipelines (``NAME``):
   0.29 removed it), a random clip sampled, the same v2 crop, ``DataLoader`` batching;
 - ``seek-pyav`` / ``seek-torchcodec``: the careful per-sample baseline: upstream webdataset,
   each sample's clip decoded with a seek to the keyframe before it and forward to its last
-  frame (PyAV, one thread; TorchCodec ``seek_mode="approximate"``), the same v2 crop;
+  frame (PyAV, one thread, one kept reformatter; TorchCodec ``seek_mode="approximate"``), the
+  same v2 crop;
 - ``decord``: decord's ``VideoReader.get_batch`` per sample (seek + decode forward), the same
   crop (runs from the peers' venv, where decord is installed: ``bench/peers/requirements.txt``).
 """
@@ -89,7 +90,9 @@ def _whole(sample: dict) -> tuple[Any, int]:
     with av.open(io.BytesIO(sample["mp4"])) as c:
         stream = c.streams.video[0]
         stream.codec_context.thread_count = 1
-        frames = np.stack([f.to_ndarray(format="rgb24") for f in c.decode(stream)])
+        frames = np.stack(
+            [_REFORMAT.reformat(f, format="rgb24").to_ndarray() for f in c.decode(stream)]
+        )
     span = (FRAMES - 1) * STRIDE
     start = rng.randint(0, max(0, len(frames) - 1 - span))
     idx = [min(start + k * STRIDE, len(frames) - 1) for k in range(FRAMES)]
@@ -100,6 +103,20 @@ def _indices(frames: int, rng: random.Random) -> list[int]:
     span = (FRAMES - 1) * STRIDE
     start = rng.randint(0, max(0, frames - 1 - span))
     return [min(start + k * STRIDE, frames - 1) for k in range(FRAMES)]
+
+
+class _Reformatter:
+    """PyAV's VideoReformatter, made on first use in each worker process."""
+
+    def reformat(self, frame: Any, **kw: Any) -> Any:
+        if not hasattr(self, "r"):
+            from av.video.reformatter import VideoReformatter
+
+            self.r = VideoReformatter()
+        return self.r.reformat(frame, **kw)
+
+
+_REFORMAT = _Reformatter()
 
 
 def _seek_pyav(sample: dict) -> tuple[Any, int]:
@@ -117,8 +134,8 @@ def _seek_pyav(sample: dict) -> tuple[Any, int]:
         got: dict[int, Any] = {}
         for f in c.decode(stream):
             k = round((f.pts - origin) * tb * fps)
-            if k in want:
-                got[k] = f.to_ndarray(format="rgb24")
+            if k in want:  # one reformatter kept: to_ndarray(format=) makes one a frame
+                got[k] = _REFORMAT.reformat(f, format="rgb24").to_ndarray()
             if k >= want[-1]:
                 break
     return _crop(np.stack([got[k] for k in want]), rng), int(sample["cls"])

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import warnings
 from collections.abc import Sequence
 from functools import cache
@@ -257,6 +258,21 @@ def _header_audio(data: bytes | memoryview) -> tuple[int, int]:
         return int(ctx.sample_rate or 0), int(ctx.channels or 0)
 
 
+_local = threading.local()
+
+
+def _rgb(frame: object) -> np.ndarray:
+    """A decoded frame as [H,W,3] RGB through this thread's one reformatter: ``to_ndarray(
+    format="rgb24")`` builds a new swscale context for every frame (~5 ms each at 640x360,
+    measured here, against ~0.2 ms with one kept)."""
+    reformatter = getattr(_local, "reformatter", None)
+    if reformatter is None:
+        from av.video.reformatter import VideoReformatter
+
+        reformatter = _local.reformatter = VideoReformatter()
+    return reformatter.reformat(frame, format="rgb24").to_ndarray()
+
+
 class _PyAVVideo(OpenVideo):
     skip = os.environ.get("WDSTOOL_VIDEO_SKIP_NONREF", "1") != "0"  # off: for comparisons
 
@@ -325,10 +341,10 @@ class _PyAVVideo(OpenVideo):
                 t = (frame.pts - origin) * tb
                 k = round(t * fps)
                 if k in wanted and k not in out:
-                    out[k] = frame.to_ndarray(format="rgb24")
+                    out[k] = _rgb(frame)
                     seconds[k] = t
                 elif k > first and not out:  # the stream lacks the first wanted index
-                    out[first], seconds[first] = frame.to_ndarray(format="rgb24"), t
+                    out[first], seconds[first] = _rgb(frame), t
                 done = done or k >= last
             if done:
                 break
