@@ -88,3 +88,43 @@ def test_size_option(tmp_path: Path) -> None:
         assert proc.returncode != 0 and "--size" in proc.stderr and "Traceback" not in proc.stderr
     with pytest.raises(ConfigError, match=r"^size=\(8, 8\): must be \(width, height\)"):
         generate_sample_data(tmp_path / "y", images=1, classes=1, size=(8, 8))
+
+
+def test_videos_option(tmp_path: Path) -> None:
+    """--videos N: N videos in class folders, as generate_sample_videos writes them (same
+    seed, same bytes), --seconds MIN-MAX long, --size their frames; a bad --seconds, or
+    --images beside --videos, is a one-line error."""
+    from shard_writer.sample_videos import VideoSettings, generate_sample_videos
+    from wdstool.format.video import probe_video, video_kind
+
+    dest = tmp_path / "videos"
+    r = run_cli(
+        "sample-data", str(dest), "--videos", "2", "--classes", "2", "--seconds", "0.5-1",
+        "--size", "96x64", "--seed", "3",
+    )  # fmt: skip
+    assert "wrote 2 videos in 2 classes" in r.stdout
+    files = sorted(p for p in dest.rglob("*") if p.is_file())
+    names = [p.relative_to(dest).as_posix() for p in files]
+    assert names == ["class_000/video_00000.mp4", "class_001/video_00001.mp4"]
+    for p in files:
+        data = p.read_bytes()
+        assert video_kind(data) == "mp4"
+        info = probe_video(data)
+        assert (info.width, info.height) == (96, 64)
+        assert 0.5 - 1 / info.fps <= info.duration <= 1 + 1 / info.fps
+    again = tmp_path / "again"
+    settings = VideoSettings(width=96, height=64)
+    generate_sample_videos(
+        again, videos=2, classes=2, seed=3, min_seconds=0.5, max_seconds=1, settings=settings
+    )
+    assert [(again / n).read_bytes() for n in names] == [p.read_bytes() for p in files]
+    for args, flag in (
+        (["--videos", "2", "--seconds", "6-2"], "--seconds"),
+        (["--videos", "2", "--seconds", "two"], "--seconds"),
+        (["--videos", "2", "--size", "97x64"], "--size"),
+        (["--videos", "2", "--images", "3"], "--images"),
+        (["--seconds", "1-2"], "--seconds"),  # images have no length
+    ):
+        proc = run_cli("sample-data", str(tmp_path / "x"), *args, check=False)
+        assert proc.returncode != 0 and flag in proc.stderr and "Traceback" not in proc.stderr
+        assert not (tmp_path / "x").exists()

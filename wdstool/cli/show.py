@@ -132,11 +132,14 @@ def show_cmd(
     \b
     The report (--out DIR) has:
       - a contact sheet: each sample's image, key, label (class name), caption or --field
-        values, size and format; click for the full image;
-      - what the model sees: each sample as make_loader delivers it with --transform for
-        --epochs epochs, and --eval-transform beside it, with the same seed as training;
+        values, size and format; click for the full image. A video sample shows a strip
+        of a few frames spread over it (only those decoded) and its size, codec, length,
+        frame rate and audio; click for the video (an MP4 or WebM a browser plays);
+      - what the model sees: each image sample as make_loader delivers it with --transform
+        for --epochs epochs, and --eval-transform beside it, with the same seed as training;
       - statistics with a chart and a table each: samples and bytes per shard, classes,
-        image sizes, formats and chroma subsampling, members per sample, skipped inputs.
+        image sizes, video lengths, formats (chroma subsampling, video codecs), members per
+        sample, skipped inputs.
 
     \b
     Examples:

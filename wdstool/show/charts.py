@@ -101,6 +101,19 @@ def sizes_chart(stats: dict[str, Any]) -> bytes | None:
     return _svg(fig)
 
 
+def videos_chart(stats: dict[str, Any]) -> bytes | None:
+    """A histogram of the videos' lengths in seconds."""
+    durations = stats["videos"]["durations"]
+    if not durations:
+        return None
+    fig = _figure(2.6)
+    ax = fig.add_subplot()
+    ax.hist(durations, bins=min(40, max(5, len(durations) // 2)), color=COLOR)
+    ax.set_xlabel("length (s)")
+    ax.set_ylabel("videos")
+    return _svg(fig)
+
+
 def counts_chart(rows: Sequence[dict[str, Any]], xlabel: str) -> bytes | None:
     """Bars of ``{"name", "count"}`` rows (formats, member sets, skip reasons)."""
     if not rows:
@@ -117,6 +130,7 @@ def all_charts(stats: dict[str, Any]) -> dict[str, bytes]:
         "shards": shards_chart(stats),
         "classes": classes_chart(stats),
         "sizes": sizes_chart(stats),
+        "videos": videos_chart(stats),
         "formats": counts_chart(stats["formats"], "samples"),
         "members": counts_chart(stats["members"], "samples"),
         "skipped": counts_chart(stats["skipped"]["reasons"], "inputs skipped at pack time"),

@@ -1,5 +1,6 @@
 """What one sample says about itself, from its members' bytes (or an image's first bytes):
-the image's format, size and chroma subsampling, its label, caption and fields as text.
+the image's format, size and chroma subsampling, a video's container and the facts ``pack``
+probed (``KEY.json``'s ``"video"``), its label, caption and fields as text.
 
 Never decodes pixels (a JPEG's or PNG's header is parsed here; other formats' headers by PIL,
 which reads no pixel data to report a size) and never unpickles anything: a member that is
@@ -23,7 +24,19 @@ from wdstool.format.images import (
     jpeg_frame,
     kind,
 )
+from wdstool.format.video import VIDEO_ORDER, VideoInfo, video_kind
 
+# a video's facts in --json (its keyframes left out)
+VIDEO_FIELDS = (
+    "frames",
+    "fps",
+    "duration",
+    "width",
+    "height",
+    "codec",
+    "audio_rate",
+    "audio_channels",
+)
 FIELD_TEXT_LIMIT = 400  # characters of a field shown on a tile (the JSON output has them all)
 
 
@@ -40,6 +53,24 @@ class ImageFacts:
 
 
 @dataclass(frozen=True, kw_only=True)
+class VideoFacts:
+    """A video member: its container (from the bytes) and what it holds (``info``: the facts
+    ``pack`` probed, from ``KEY.json``; or, for a shown sample, its header; None: unknown)."""
+
+    ext: str  # the member's extension
+    format: str  # from the bytes: mp4, webm, mkv, mov, avi, or unknown
+    nbytes: int
+    info: VideoInfo | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Its facts as ``--json`` prints them (no keyframes; None where unknown)."""
+        info = self.info.to_json() if self.info is not None else {}
+        info.pop("keyframes", None)
+        out: dict[str, Any] = {"ext": self.ext, "format": self.format, "nbytes": self.nbytes}
+        return out | {name: info.get(name) for name in VIDEO_FIELDS}
+
+
+@dataclass(frozen=True, kw_only=True)
 class Facts:
     """One sample as the statistics count it."""
 
@@ -50,6 +81,7 @@ class Facts:
     exts: tuple[str, ...]  # every member's extension, in tar order
     label: int | None
     image: ImageFacts | None
+    video: VideoFacts | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +105,24 @@ def label_text(meta: Meta, none: str = "") -> str:
 def image_ext(exts: tuple[str, ...] | Mapping[str, Any]) -> str | None:
     """The member a loader takes as the sample's image (the first in IMAGE_ORDER present)."""
     return next((e for e in IMAGE_ORDER if e in exts), None)
+
+
+def video_ext(exts: tuple[str, ...] | Mapping[str, Any]) -> str | None:
+    """The sample's video member (the first in VIDEO_ORDER present), or None."""
+    return next((e for e in VIDEO_ORDER if e in exts), None)
+
+
+def video_facts(ext: str, head: bytes, nbytes: int, meta: bytes | None) -> VideoFacts:
+    """A video member's facts from its first bytes and the sample's ``.json`` member
+    (``meta``; its ``"video"`` object as ``pack`` wrote it, ignored when malformed)."""
+    info = None
+    if meta:
+        try:
+            obj = json.loads(meta)
+        except (ValueError, UnicodeDecodeError):
+            obj = None
+        info = VideoInfo.from_json(obj.get("video")) if isinstance(obj, dict) else None
+    return VideoFacts(ext=ext, format=video_kind(head) or "unknown", nbytes=nbytes, info=info)
 
 
 def needs_more(head: bytes, size: int) -> bool:

@@ -7,14 +7,15 @@ from typing import Any
 
 from wdstool.base.params import format_size
 from wdstool.format.tar_safety import printable_name
-from wdstool.show.facts import ImageFacts, label_text
+from wdstool.show.facts import ImageFacts, VideoFacts, label_text
 from wdstool.show.stats import shard_name
 
 CHART_TITLES = {
     "shards": "Samples and bytes per shard (manifest)",
     "classes": "Classes in the samples read",
     "sizes": "Image sizes",
-    "formats": "Formats and chroma subsampling",
+    "videos": "Video lengths",
+    "formats": "Formats and chroma subsampling (videos: container and codec)",
     "members": "Members per sample",
     "skipped": "Inputs skipped at pack time (manifest)",
 }
@@ -41,9 +42,32 @@ def image_text(image: ImageFacts | None) -> str:
     return ", ".join(parts)
 
 
+def video_text(video: VideoFacts) -> str:
+    """A video's facts as a tile shows them: size, container and codec, length, rate, audio."""
+    info = video.info
+    if info is None:
+        return f"{video.format} video, facts unknown, {format_size(video.nbytes)}"
+    audio = "no audio"
+    if info.audio_rate:
+        channels = {1: "mono", 2: "stereo"}.get(info.audio_channels, f"{info.audio_channels} ch")
+        audio = f"audio {info.audio_rate / 1000:g} kHz {channels}"
+    return ", ".join(
+        [
+            f"{info.width}×{info.height}",
+            f"{video.format} {info.codec}".strip(),
+            f"{info.duration:.2f} s",
+            f"{info.fps:g} fps",
+            f"{info.frames:,} frames",
+            audio,
+            format_size(video.nbytes),
+        ]
+    )
+
+
 def _full(n: int, files: dict[str, bytes]) -> str | None:
-    """The full image of sample ``n`` in the report's files."""
-    return next((p for p in files if p.startswith(f"images/{n:04d}.")), None)
+    """The full image (or the video) of sample ``n`` in the report's files."""
+    names = (f"images/{n:04d}.", f"videos/{n:04d}.")
+    return next((p for p in files if p.startswith(names)), None)
 
 
 def _tile(s, files: dict[str, bytes]) -> dict[str, Any]:
@@ -51,6 +75,7 @@ def _tile(s, files: dict[str, bytes]) -> dict[str, Any]:
     meta = s.meta
     full = _full(s.n, files)
     h, w = s.thumb.shape[:2] if s.thumb is not None else (0, 0)
+    video = s.video
     return {
         "n": s.n,
         "key": s.key,
@@ -58,10 +83,11 @@ def _tile(s, files: dict[str, bytes]) -> dict[str, Any]:
         "thumb_w": w,
         "thumb_h": h,
         "full": full,
+        "video": video is not None,
         "nopic": s.problem or "",
         "label_text": label_text(meta, none="no label"),
         "fields": list(meta.fields),
-        "image_text": image_text(f.image),
+        "image_text": image_text(f.image) if video is None else video_text(video),
         "shard": f"{shard_name(s.picked.url)} @ {f.offset:,} · {'+'.join(f.exts)}",
         "problems": [*meta.problems, *([s.problem] if s.problem else [])],
     }
@@ -129,6 +155,12 @@ def _table(name: str, stats: dict[str, Any]) -> tuple[list[str], list[list[str]]
         sz = stats["image_sizes"]
         rows = _spread_rows([sz["width"], sz["height"], sz["bytes"]], [1, 1, 1e3])
         return ["per image", "width", "height", "KB"], rows
+    if name == "videos":
+        v = stats["videos"]
+        columns = [v["seconds"], v["fps"], v["width"], v["height"], v["bytes"]]
+        rows = _spread_rows(columns, [1, 1, 1, 1, 1e6])
+        rows.append(["with audio", _n(v["audio"]), "", "", "", ""])
+        return ["per video", "seconds", "fps", "width", "height", "MB"], rows
     rows_of = {
         "formats": stats["formats"],
         "members": stats["members"],
@@ -178,6 +210,7 @@ def page_context(
         "facts": _facts(ds, stats),
         "drawn": how,
         "tiles": [_tile(s, files) for s in shown],
+        "videos": any(s.video is not None for s in shown),
         "views": _views(views, pictured, files, config.seed),
         "stats_about": "Shards, samples and bytes per shard come from the manifest (the whole "
         f"data set); the rest from {len(drawn.facts)} samples: the {len(shown)} shown and "
@@ -192,4 +225,4 @@ def page_context(
     }
 
 
-CHART_ORDER = ("shards", "classes", "sizes", "formats", "members", "skipped")
+CHART_ORDER = ("shards", "classes", "sizes", "videos", "formats", "members", "skipped")

@@ -1,8 +1,13 @@
 """``build_report``: draw samples, read only them, and write what was asked for: the report
-folder (contact sheet, what the model sees, statistics), a contact-sheet PNG, the numbers."""
+folder (contact sheet, what the model sees, statistics), a contact-sheet PNG, the numbers.
+
+A sample with a video member is pictured by a strip of its frames (:mod:`wdstool.show.strip`,
+its middle frame on the contact-sheet PNG) and links to the video itself where a browser plays
+it; what the model sees is shown for image samples only."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,13 +16,21 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from wdstool import __version__
-from wdstool.base.errors import DestinationError, SampleError
+from wdstool.base.errors import ConfigError, DestinationError, SampleError
 from wdstool.format.images import kind
 from wdstool.format.tar_safety import printable_name
+from wdstool.format.video import video_kind
 from wdstool.show.charts import all_charts
 from wdstool.show.config import ShowConfig
 from wdstool.show.draw import draw
-from wdstool.show.facts import Meta, image_ext, json_safe, label_text, read_meta
+from wdstool.show.facts import (
+    Meta,
+    VideoFacts,
+    image_ext,
+    json_safe,
+    label_text,
+    read_meta,
+)
 from wdstool.show.page import page_context
 from wdstool.show.ranged import ReadCounter
 from wdstool.show.render import check_out_dir, render_html, write_report
@@ -30,21 +43,36 @@ if TYPE_CHECKING:
 
 Progress = Callable[[int, int], None]  # (steps just done, steps in all)
 BROWSER_FORMATS = {"jpeg": "jpg", "png": "png", "webp": "webp", "gif": "gif"}
+BROWSER_VIDEOS = ("mp4", "webm")  # containers copied into the report, for the browser to play
+VIDEO_COPY_MAX = 16 << 20  # ... when no larger (a larger one: its strip links to itself)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Shown:
-    """A shown sample: where it is, what it carries, and its thumbnail (None: undecodable)."""
+    """A shown sample: where it is, what it carries, and its thumbnail (None: undecodable): a
+    video's is a strip of ``frames`` frames, and ``video`` its facts (its header's where the
+    shard had none)."""
 
     n: int
     picked: Picked
     meta: Meta
     thumb: np.ndarray | None
     problem: str | None  # why there is no thumbnail
+    video: VideoFacts | None = None
+    frames: int = 1
 
     @property
     def key(self) -> str:
         return printable_name(self.picked.facts.key)
+
+    @property
+    def poster(self) -> np.ndarray | None:
+        """The thumbnail, or a video's middle frame."""
+        if self.thumb is None or self.video is None:
+            return self.thumb
+        from wdstool.show.strip import poster
+
+        return poster(self.thumb, self.frames)
 
 
 class _Steps:
@@ -97,7 +125,8 @@ def build_report(
     shown = [_show(n, p, config, ds.classes, pictures, steps) for n, p in enumerate(drawn.picked)]
     stats = statistics(ds, drawn.facts)
     views = None
-    pictured = [s for s in shown if s.thumb is not None]  # what the loader can decode
+    # what the image loader can decode
+    pictured = [s for s in shown if s.thumb is not None and s.video is None]
     # torch and the decoders load only for pictures, once the data set is found: a wrong
     # SOURCE fails at once, and --json alone reads headers without them
     if columns and pictured:
@@ -115,7 +144,7 @@ def build_report(
     if png is not None:
         from wdstool.show.sheet import contact_sheet, save_png
 
-        tiles = [(s.thumb, [s.key, label_text(s.meta)]) for s in shown]
+        tiles = [(s.poster, [s.key, label_text(s.meta)]) for s in shown]
         save_png(
             contact_sheet(tiles, f"{ds.source}: {len(shown)} samples, seed {config.seed}"), png
         )
@@ -133,10 +162,15 @@ def _show(
     n: int, p: Picked, config: ShowConfig, classes: tuple[str, ...], pictures: bool, steps
 ) -> Shown:
     meta = read_meta(p.parts, config.label_spec, config.field_specs, classes)
+    if p.facts.video is not None:
+        shown = _show_video(n, p, meta, pictures)
+        if pictures:
+            steps(1)
+        return shown
     thumb, problem = None, None
     ext = image_ext(p.parts)
     if ext is None:
-        problem = "no image member"
+        problem = "no image or video member"
     elif pictures:
         from wdstool.show.sheet import thumbnail
 
@@ -151,6 +185,24 @@ def _show(
     return Shown(n=n, picked=p, meta=meta, thumb=thumb, problem=problem)
 
 
+def _show_video(n: int, p: Picked, meta: Meta, pictures: bool) -> Shown:
+    """A video sample, with its strip when ``pictures``; a video that does not decode (or no
+    decoder here) is its tile's problem, not the report's."""
+    video = p.facts.video
+    assert video is not None
+    if not pictures:
+        return Shown(n=n, picked=p, meta=meta, thumb=None, problem=None, video=video)
+    from wdstool.show.strip import video_strip
+
+    where = f"{p.url}: sample {printable_name(p.facts.key)!r}"
+    try:
+        strip, frames, info = video_strip(p.parts[video.ext], video.info, where)
+    except (SampleError, ConfigError) as exc:
+        return Shown(n=n, picked=p, meta=meta, thumb=None, problem=exc.message, video=video)
+    video = dataclasses.replace(video, info=info)
+    return Shown(n=n, picked=p, meta=meta, thumb=strip, problem=None, video=video, frames=frames)
+
+
 def _write_folder(out_dir, ds, config, drawn, shown, pictured, stats, views: Views | None) -> None:
     from wdstool.format.decode import decode_rgb
     from wdstool.show.sheet import encode_jpeg, encode_png
@@ -160,6 +212,12 @@ def _write_folder(out_dir, ds, config, drawn, shown, pictured, stats, views: Vie
         if s.thumb is None:
             continue
         files[f"thumbs/{s.n:04d}.jpg"] = encode_jpeg(s.thumb)
+        if s.video is not None:
+            data = s.picked.parts[s.video.ext]
+            container = video_kind(data)
+            if container in BROWSER_VIDEOS and len(data) <= VIDEO_COPY_MAX:
+                files[f"videos/{s.n:04d}.{container}"] = data
+            continue
         data = s.picked.parts[_ext(s)]
         browser = BROWSER_FORMATS.get(kind(data))
         if browser is not None:
@@ -207,6 +265,7 @@ def _summary(ds, config, drawn, shown, stats, views, counter, out_dir, png) -> d
                 "class": s.meta.class_name,
                 "fields": json_safe(s.meta.values),
                 "image": None if s.picked.facts.image is None else vars_of(s.picked.facts.image),
+                "video": None if s.video is None else s.video.to_json(),
                 "problems": [*s.meta.problems, *([s.problem] if s.problem else [])],
             }
             for s in shown

@@ -50,6 +50,7 @@ def statistics(ds: DataSet, facts: Sequence[Facts]) -> dict[str, Any]:
         "sampled": len(facts),
         "labels": _labels(ds, facts),
         "image_sizes": _sizes(facts),
+        "videos": _videos(facts),
         "formats": _count(_format_name(f) for f in facts),
         "members": _count("+".join(f.exts) or "(none)" for f in facts),
         "rotated": sum(1 for f in facts if f.image and f.image.orientation not in (None, 1)),
@@ -107,9 +108,30 @@ def _sizes(facts: Sequence[Facts]) -> dict[str, Any]:
     }
 
 
+def _videos(facts: Sequence[Facts]) -> dict[str, Any]:
+    """Videos counted, and the spread of their facts (those whose facts are known)."""
+    videos = [f.video for f in facts if f.video is not None]
+    known = [v.info for v in videos if v.info is not None]
+    return {
+        "videos": len(videos),
+        "unknown": len(videos) - len(known),  # no facts in the shard (no .json "video")
+        "seconds": spread([round(i.duration, 3) for i in known]),
+        "fps": spread([round(i.fps, 3) for i in known]),
+        "frames": spread([i.frames for i in known]),
+        "width": spread([i.width for i in known]),
+        "height": spread([i.height for i in known]),
+        "bytes": spread([v.nbytes for v in videos]),
+        "audio": sum(1 for i in known if i.audio_rate),
+        "durations": [round(i.duration, 3) for i in known],
+    }
+
+
 def _format_name(f: Facts) -> str:
+    if f.video is not None:  # the container and codec: "mp4 h264"
+        codec = f.video.info.codec if f.video.info is not None else ""
+        return f"{f.video.format} {codec}".strip()
     if f.image is None:
-        return "no image"
+        return "no image or video"
     name = f.image.format
     if f.image.subsampling:
         name += f" {f.image.subsampling}"

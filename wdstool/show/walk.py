@@ -16,6 +16,11 @@ before cost ~1.2 images a pick (2.32x the bytes shown, 64 samples of 100 KB JPEG
 to the next sample wastes the half image read backwards (1.85x). A header walk reads the tar
 headers, the first bytes of each image and the small members (label, caption), and skips
 image data unread; the run of headers between two images is read in one range.
+
+A video member is read like an image (whole in a shown sample, its first bytes in a walk);
+its facts come from the sample's ``KEY.json`` (``pack`` probed the video and wrote them under
+``"video"``), read only for a sample that has a video: ``pack`` writes it after the video, so
+it comes with the header reads after the video's data, and a walk skips no more than before.
 """
 
 from __future__ import annotations
@@ -36,7 +41,16 @@ from wdstool.format.tar_read import (
     header_offsets,
     split_key,
 )
-from wdstool.show.facts import Facts, image_ext, image_facts, needs_more, read_label
+from wdstool.format.video import VIDEO_EXTENSIONS
+from wdstool.show.facts import (
+    Facts,
+    image_ext,
+    image_facts,
+    needs_more,
+    read_label,
+    video_ext,
+    video_facts,
+)
 from wdstool.show.ranged import ShardFile
 
 # first bytes of an image read for its header while walking: more where a JPEG's frame header
@@ -45,11 +59,14 @@ HEADS = (1024, 8192, 65536)
 CHAIN_MAX = 1 << 22  # how far back a member's first header is looked for
 EXTENSION = (b"x", b"g", b"L", b"K")  # pax and GNU long-name headers: in front of a member
 EXTENSION_MAX = 1 << 20  # the tar reader refuses longer extension headers
+MEDIA = IMAGE_EXTENSIONS | VIDEO_EXTENSIONS  # read lazily: whole when shown, a head in a walk
+VIDEO_HEAD = 64  # first bytes of a video read while walking: enough to name its container
+META_MAX = 1 << 16  # a video sample's .json read for its facts up to this size
 
 
 @dataclass(frozen=True, kw_only=True)
 class Picked:
-    """A shown sample: its facts and the members read (the image whole)."""
+    """A shown sample: its facts and the members read (the image or video whole)."""
 
     url: str
     facts: Facts
@@ -58,7 +75,8 @@ class Picked:
 
 @dataclass(frozen=True, kw_only=True)
 class Wanted:
-    """What to read of a sample: members by extension (images whole, the rest small)."""
+    """What to read of a sample: members by extension (images and videos whole, the rest
+    small)."""
 
     exts: frozenset[str]
     label: LabelSpec | None
@@ -84,6 +102,7 @@ class ShardWalker:
         self.ends: list[tuple[str | None, int]] = []  # (key, end) of the member headers seen
         self.run = 0  # bytes from an image's end to the next image's head, at most (_lazy)
         self._image_end: int | None = None  # where the last image member read ends
+        self.metas: dict[str, tuple[int, int]] = {}  # key -> (data offset, size) of its .json
 
     def picks(
         self, offsets: list[int], walks: list[int], step: Callable[[int], None]
@@ -208,7 +227,7 @@ class ShardWalker:
                 elif split[0] != key:
                     return hi, True
                 hi, target, after = m.offset, m.data_offset, m.offset
-                image = image or split[1] in IMAGE_EXTENSIONS
+                image = image or split[1] in MEDIA
             if begin == 0:  # nothing before the sample's earliest member but keyless ones
                 return hi, True
             if hi < was:
@@ -246,16 +265,16 @@ class ShardWalker:
         if self.skipping:
             return False
         self.exts.append(ext)
-        return ext in self.wanted.exts or ext in IMAGE_EXTENSIONS
+        return ext in self.wanted.exts or ext in MEDIA
 
     def _lazy(self, offset: int, size: int) -> bytes:
-        """An image member's bytes (whole, or its head while walking), and the run of headers
-        and small members up to the next image's head (the longest seen in this shard, at
-        most a step) in the same request or the next one. Left to the file's readahead, a run
-        longer than that (a pax header in front of every member: 1.5 KB a member, 5.5 KB
-        between two images) took two requests a walked sample and one after each image read
-        whole: 64 samples from webdataset's shards took 939 requests, 661 so (ours: 984,
-        688), with the same bytes within 1%."""
+        """An image or video member's bytes (whole, or its head while walking: a video's
+        first ``VIDEO_HEAD`` bytes), and the run of headers and small members up to the next
+        one's head (the longest seen in this shard, at most a step) in the same request or
+        the next one. Left to the file's readahead, a run longer than that (a pax header in
+        front of every member: 1.5 KB a member, 5.5 KB between two images) took two requests
+        a walked sample and one after each image read whole: 64 samples from webdataset's
+        shards took 939 requests, 661 so (ours: 984, 688), with the same bytes within 1%."""
         self.sizes[self.exts[-1]] = size
         end = offset + size + -size % BLOCK
         if self.full:
@@ -263,7 +282,7 @@ class ShardWalker:
                 self.f.pread(offset, end - offset + self.run, readahead=0)
             return self.f.pread(offset, size)
         head = b""
-        for n in HEADS:
+        for n in (VIDEO_HEAD,) if self.exts[-1] in VIDEO_EXTENSIONS else HEADS:
             head = self.f.pread(offset, min(size, n), readahead=0)  # the rest is skipped
             if not needs_more(head, size):
                 break
@@ -275,6 +294,7 @@ class ShardWalker:
         self.f.seek(start)
         self.ends = []
         self._image_end = None
+        self.metas = {}
         reader = ObservedTarSampleReader(
             self.f,
             self.f.url,
@@ -282,7 +302,7 @@ class ShardWalker:
             start_offset=start,
             keep=self._keep,
             lazy=self._lazy,
-            lazy_exts=IMAGE_EXTENSIONS,
+            lazy_exts=MEDIA,
         )
         return iter(reader)
 
@@ -290,7 +310,9 @@ class ShardWalker:
         split = split_key(m.name)
         end = m.data_offset + m.size + -m.size % BLOCK
         self.ends.append((split[0] if split else None, end))
-        if split is not None and split[1] in IMAGE_EXTENSIONS:
+        if split is not None and split[1] == "json":
+            self.metas[split[0]] = (m.data_offset, m.size)
+        if split is not None and split[1] in MEDIA:
             if self._image_end is not None:
                 run = m.data_offset - self._image_end + HEADS[0]
                 if run <= self.step:  # longer runs are left to the readahead
@@ -311,6 +333,8 @@ class ShardWalker:
         if sample is None:
             return None
         img = image_ext(sample.parts)
+        vid = video_ext(sample.parts)
+        meta = self.metas.pop(sample.key, None)
         label, _problem = read_label(self.wanted.label, sample.parts)
         facts = Facts(
             shard=self.shard,
@@ -322,9 +346,26 @@ class ShardWalker:
             image=None
             if img is None
             else image_facts(img, sample.parts[img], self.sizes.get(img, len(sample.parts[img]))),
+            video=None
+            if vid is None
+            else video_facts(
+                vid,
+                sample.parts[vid],
+                self.sizes.get(vid, len(sample.parts[vid])),
+                self._meta(sample, meta),
+            ),
         )
         self.exts, self.sizes = [], {}
         return sample, facts
+
+    def _meta(self, sample: Sample, at: tuple[int, int] | None) -> bytes | None:
+        """A video sample's ``.json`` member: as read when asked for (a field), else read
+        here (``at``: where its data is) when no larger than META_MAX."""
+        if "json" in sample.parts:
+            return sample.parts["json"]
+        if at is None or at[1] > META_MAX:
+            return None
+        return self.f.pread(at[0], at[1])
 
 
 def _starts_member(at: int, block: bytes, before: bytes) -> bool:
