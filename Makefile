@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 DEMO_DIR ?= build/demo
 DEMO_IMAGES ?= 2000
 
-.PHONY: venv demo test docs lint format bench bench-fields bench-large bench-restart bench-peers bench-peers-recipe bench-reshard faults mutants clean
+.PHONY: venv demo test docs lint format bench bench-fields bench-large bench-restart bench-video bench-peers bench-peers-recipe bench-reshard faults mutants clean
 BENCH_DATA ?= bench/data
 BENCH_IMAGES ?= 10000
 BENCH_WORKERS ?= 1,2
@@ -159,6 +159,18 @@ bench-large: $(STAMP)
 # The peers on the same photos: make bench-peers PEERS_DATA=bench/data-photos
 # PEERS_FLAGS="--wdstool-shards shards-rm" PEERS_OUT=bench/results/peers-photos
 BENCH_PHOTOS ?= bench/data-photos
+# Video clips (issue 37): 200 sample videos of 10-60 s (640x360, 30 fps, GOP 2 s, x264 with
+# B-frames), packed once (bench/data-video/ is git-ignored), then one epoch of 16-frame clips
+# (stride 2) per run: wdstool against upstream webdataset decoding whole videos, the careful
+# per-sample seek (PyAV, TorchCodec) and decord (from .venv-peers, when built), 3 rounds
+# interleaved; then 3 epochs of wdstool for bytes read and peak memory.
+BENCH_VIDEO ?= bench/data-video
+bench-video: $(STAMP)
+	$(PY) bench/video_bench.py generate $(BENCH_VIDEO) --videos 200
+	mkdir -p bench/results
+	PYTHONPATH=. $(PY) bench/video_bench.py $(BENCH_VIDEO) --rounds 3 --out bench/results/video
+	PYTHONPATH=. $(PY) bench/video_bench.py memory $(BENCH_VIDEO)
+
 bench-restart: $(STAMP)
 	test -d $(BENCH_PHOTOS)/images || { \
 	  $(PY) -m wdstool sample-data $(BENCH_PHOTOS)/parts/a --images 350 --size 1600x1200 --seed 1 -q && \
