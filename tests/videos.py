@@ -54,3 +54,16 @@ def pattern(paths: list[Path]) -> str:
     first = paths[0].name
     stem = first.rsplit("-", 1)[0]
     return str(paths[0].parent / f"{stem}-{{000000..{len(paths) - 1:06d}}}.tar")
+
+
+def shard_samples(dest: Path) -> dict[str, dict[str, bytes]]:
+    """Every sample of every shard in DEST: key -> {ext: bytes}."""
+    out: dict[str, dict[str, bytes]] = {}
+    for shard in sorted(dest.glob("*.tar")):
+        with tarfile.open(shard) as tar:
+            for m in tar.getmembers():
+                key, ext = m.name.split(".", 1)
+                f = tar.extractfile(m)
+                assert f is not None
+                out.setdefault(key, {})[ext] = f.read()
+    return out

@@ -17,6 +17,7 @@ from shard_writer.probe import EncodeOptions, probe_one
 from shard_writer.sample_videos import VideoSettings, encode_video
 from shard_writer.scan import scan_imagefolder
 from tests.conftest import dir_bytes, jpeg_bytes, make_tree, run_cli
+from tests.videos import shard_samples
 from wdstool.base.errors import InputError
 from wdstool.format.manifest import MANIFEST_NAME
 from wdstool.format.tar_write import END, member_bytes
@@ -52,19 +53,6 @@ def _s(settings: VideoSettings) -> dict:
     return {k: getattr(settings, k) for k in settings.__dataclass_fields__}
 
 
-def _samples(dest: Path) -> dict[str, dict[str, bytes]]:
-    """Every sample of every shard in DEST: key -> {ext: bytes}."""
-    out: dict[str, dict[str, bytes]] = {}
-    for shard in sorted(dest.glob("*.tar")):
-        with tarfile.open(shard) as tar:
-            for m in tar.getmembers():
-                key, ext = m.name.split(".", 1)
-                f = tar.extractfile(m)
-                assert f is not None
-                out.setdefault(key, {})[ext] = f.read()
-    return out
-
-
 def _pack(src: Path, dest: Path, **kw) -> dict:
     return pack(str(src), str(dest), PackOptions(workers=1, **kw)).to_json()
 
@@ -77,7 +65,7 @@ def test_members_and_facts_are_the_sources(
     warned = " ".join(r.getMessage() for r in caplog.records)
     assert "3 formats (3 KEY.mp4, 2 KEY.jpg, 1 KEY.webm)" in warned
     assert "image or video members" in warned and "quality=Q" not in warned
-    samples = _samples(tmp_path / "ds")
+    samples = shard_samples(tmp_path / "ds")
     assert len(samples) == summary["samples"] == 6 and summary["skipped"] == []
     kinds = []
     for parts in samples.values():
@@ -128,7 +116,7 @@ def test_the_bytes_decide_not_the_name(tmp_path: Path) -> None:
     _pack(root, tmp_path / "ds")
     exts = {
         json.loads(p["json"])["path"]: sorted(set(p) - {"json", "cls"})
-        for p in _samples(tmp_path / "ds").values()
+        for p in shard_samples(tmp_path / "ds").values()
     }
     assert exts == {"a/really_a_video.jpg": ["mp4"], "a/really_an_image.webm": ["jpg"]}
 
@@ -160,7 +148,7 @@ def test_bad_videos_are_skipped_with_their_reason(tmp_path: Path) -> None:
 
 def test_reencode_options_leave_videos_as_they_are(tree: Path, tmp_path: Path) -> None:
     _pack(tree, tmp_path / "ds", max_side=16, quality=50, verify_decode=True)
-    for parts in _samples(tmp_path / "ds").values():
+    for parts in shard_samples(tmp_path / "ds").values():
         meta = json.loads(parts["json"])
         source = (tree / meta["path"]).read_bytes()
         media = next(e for e in parts if e not in ("json", "cls"))
@@ -309,7 +297,7 @@ def test_listing_with_a_video_column(tmp_path: Path) -> None:
     listing.write_text("video,label,note\nclips/one.mp4,run,a\nclips/two.webm,jump,b\n")
     summary = _pack(listing, tmp_path / "ds", shuffle=False)
     assert summary["samples"] == 2 and summary["videos"]["count"] == 2
-    metas = [json.loads(p["json"]) for p in _samples(tmp_path / "ds").values()]
+    metas = [json.loads(p["json"]) for p in shard_samples(tmp_path / "ds").values()]
     assert [(m["path"], m["format"], m["class"], m["note"]) for m in metas] == [
         ("clips/one.mp4", "mp4", "run", "a"),
         ("clips/two.webm", "webm", "jump", "b"),

@@ -16,7 +16,7 @@ from PIL import Image
 
 from shard_writer import PackOptions, pack
 from shard_writer.sample_videos import VideoSettings, frame_index, generate_sample_videos
-from tests.videos import video_bytes, write_shards
+from tests.videos import shard_samples, video_bytes, write_shards
 from wdstool.format.video import VideoInfo, probe_video, video_kind
 from wdstool.show import ShowConfig, build_report
 from wdstool.show.strip import STRIP_FRAMES, strip_indices, video_strip
@@ -33,16 +33,6 @@ class Packed:
     facts: dict[str, VideoInfo]  # key -> pack's facts (KEY.json's "video")
 
 
-def _members(shards: Path) -> dict[str, dict[str, bytes]]:
-    out: dict[str, dict[str, bytes]] = {}
-    for shard in sorted(shards.glob("*.tar")):
-        with tarfile.open(shard) as tf:
-            for m in tf.getmembers():
-                key, ext = m.name.split(".", 1)
-                out.setdefault(key, {})[ext] = tf.extractfile(m).read()  # type: ignore[union-attr]
-    return out
-
-
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory) -> Packed:
     """Six real videos (96x64, 1-2 s, a keyframe every 12 frames) packed by ``pack``, three
@@ -53,7 +43,7 @@ def packed(tmp_path_factory) -> Packed:
         tree, videos=VIDEOS, classes=2, seed=3, min_seconds=1, max_seconds=2, settings=SETTINGS
     )
     pack(str(tree), str(shards), PackOptions(max_count=3, workers=1))
-    members = _members(shards)
+    members = shard_samples(shards)
     videos = {k: m["mp4"] for k, m in members.items()}
     facts = {k: VideoInfo.from_json(json.loads(m["json"])["video"]) for k, m in members.items()}
     assert len(videos) == VIDEOS and all(facts.values())
