@@ -14,6 +14,7 @@ from shard_writer.options import PackOptions, PackSummary, ReshardOptions, Write
 from shard_writer.pack import pack
 from shard_writer.reshard import reshard
 from shard_writer.sample_data import SampleDataSummary, generate_sample_data
+from shard_writer.sample_videos import VideoSettings, generate_sample_videos
 from shard_writer.split import parse_fractions, split
 from shard_writer.timm_index import write_timm_info
 from shard_writer.verify import UnsafeMember, inspect_dataset, verify_dataset
@@ -26,8 +27,10 @@ __all__ = [
     "ReshardOptions",
     "SampleDataSummary",
     "UnsafeMember",
+    "VideoSettings",
     "WriteOptions",
     "generate_sample_data",
+    "generate_sample_videos",
     "inspect_dataset",
     "pack",
     "parse_fractions",

@@ -17,8 +17,8 @@ from wdstool.cli.common import progress_enabled
 from wdstool.cli.defaults import library_default, library_option
 
 LIBRARY = "shard_writer:generate_sample_data"  # its keywords' defaults are the options'
-VIDEOS = "shard_writer.sample_videos:generate_sample_videos"  # ... and the videos' ones
-VIDEO_SETTINGS = "shard_writer.sample_videos:VideoSettings"
+VIDEOS = "shard_writer:generate_sample_videos"  # ... and the videos' ones
+VIDEO_SETTINGS = "shard_writer:VideoSettings"
 
 
 class SecondsRange(click.ParamType):
@@ -146,7 +146,7 @@ def sample_data_cmd(
         return
     if "images" in given:
         raise click.UsageError("give --images or --videos, not both")
-    from shard_writer.sample_videos import VideoSettings
+    from shard_writer import VideoSettings
 
     if "classes" not in given:  # the videos' own default, at most one class a video
         classes = min(library_default(VIDEOS, "classes"), videos)
@@ -172,7 +172,7 @@ def sample_data_cmd(
 
 def _write_videos(dest: str, options: dict[str, Any], quiet: bool) -> None:
     """``generate_sample_videos(dest, **options)``, and a line saying what it wrote."""
-    from shard_writer.sample_videos import generate_sample_videos
+    from shard_writer import generate_sample_videos
 
     if not quiet:
         click.echo(f"writing {options['videos']} videos to {dest} ...", err=True)
