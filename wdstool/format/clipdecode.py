@@ -71,12 +71,6 @@ def video_backend() -> str:
     asked = os.environ.get("WDSTOOL_VIDEO_DECODER", "").strip().lower()
     if asked and asked not in BACKENDS:
         raise ConfigError(f"WDSTOOL_VIDEO_DECODER={asked!r}: expected one of {', '.join(BACKENDS)}")
-    why = _torchcodec_error()
-    if asked == "torchcodec" and why is not None:
-        raise ConfigError(
-            f"WDSTOOL_VIDEO_DECODER=torchcodec but TorchCodec does not load ({why}); install "
-            "FFmpeg's shared libraries (Debian: apt-get install libavdevice59) or use pyav"
-        )
     try:
         import av  # noqa: F401
 
@@ -85,12 +79,19 @@ def video_backend() -> str:
         has_av = False
     if asked == "pyav" and not has_av:
         raise ConfigError("WDSTOOL_VIDEO_DECODER=pyav but PyAV is not installed: pip install av")
-    if not asked and not has_av and why is not None:
+    name = asked or ("pyav" if has_av else "torchcodec")
+    # TorchCodec (and the FFmpeg it loads) only where it is the one used
+    why = _torchcodec_error() if name == "torchcodec" else None
+    if why is not None and asked:
+        raise ConfigError(
+            f"WDSTOOL_VIDEO_DECODER=torchcodec but TorchCodec does not load ({why}); install "
+            "FFmpeg's shared libraries (Debian: apt-get install libavdevice59) or use pyav"
+        )
+    if why is not None:
         raise ConfigError(
             f"decoding videos needs PyAV (pip install 'wdstool[video]') or TorchCodec with "
             f"FFmpeg's libraries; TorchCodec does not load here ({why})"
         )
-    name = asked or ("pyav" if has_av else "torchcodec")
     reason = "" if asked or has_av else " (PyAV is not installed)"
     log.info("decoding videos with %s%s", name, reason)
     return name
@@ -142,6 +143,7 @@ class OpenVideo:
 
     info: VideoInfo
     where: str
+    audio_unknown = False  # ``info`` came from a header that was not asked about sound
 
     def frames(self, indices: Sequence[int]) -> Clip:
         """The frames ``indices`` (repeats allowed, any order; an index past the end is the
@@ -167,7 +169,7 @@ class OpenVideo:
     def audio(self, start: float, stop: float, rate: int, channels: int) -> torch.Tensor:
         """The audio played in [start, stop) seconds, resampled to ``rate`` Hz and ``channels``
         channels: float32 [channels, samples] (0 samples for a video without sound)."""
-        if not self.info.audio_rate:
+        if not (self.info.audio_rate or self.audio_unknown):
             return torch.zeros(channels, 0)
         try:
             out = self._audio(start, stop, rate, channels)
@@ -210,9 +212,8 @@ class _TorchCodecVideo(OpenVideo):
                     width=int(m.width),
                     height=int(m.height),
                     codec=str(m.codec or ""),
-                    audio_rate=_header_audio(data)[0],
-                    audio_channels=_header_audio(data)[1],
                 )
+                self.audio_unknown = True  # its header's audio is not looked at until asked
         self.info = info
 
     def _decode(self, want: list[int]) -> tuple[torch.Tensor, tuple[float, ...]]:
@@ -245,17 +246,13 @@ class _TorchCodecVideo(OpenVideo):
     def _audio(self, start: float, stop: float, rate: int, channels: int) -> torch.Tensor:
         from torchcodec.decoders import AudioDecoder
 
-        decoder = AudioDecoder(_source(self.data), sample_rate=rate, num_channels=channels)
+        try:
+            decoder = AudioDecoder(_source(self.data), sample_rate=rate, num_channels=channels)
+        except ValueError:  # "the best audio stream is unknown": the video has no sound
+            if self.audio_unknown:
+                return torch.zeros(channels, 0)
+            raise
         return decoder.get_samples_played_in_range(start, stop).data
-
-
-def _header_audio(data: bytes | memoryview) -> tuple[int, int]:
-    """(sample rate, channels) of the first audio stream, from the container header."""
-    with open_container(data) as container:
-        if not container.streams.audio:
-            return 0, 0
-        ctx = container.streams.audio[0].codec_context
-        return int(ctx.sample_rate or 0), int(ctx.channels or 0)
 
 
 _local = threading.local()
@@ -364,23 +361,22 @@ class _PyAVVideo(OpenVideo):
     def _audio(self, start: float, stop: float, rate: int, channels: int) -> torch.Tensor:
         import av
 
-        with open_container(self.data) as container:
-            stream = container.streams.audio[0]
-            layout = "mono" if channels == 1 else "stereo"
-            resampler = av.AudioResampler(format="fltp", layout=layout, rate=rate)
-            if start > 0:
-                container.seek(int(start / float(stream.time_base)), stream=stream)
-            parts, first = [], None
-            for frame in container.decode(stream):
-                if frame.pts is None:
-                    continue
-                t = float(frame.pts * stream.time_base)
-                if t >= stop:
-                    break
-                for f in resampler.resample(frame):
-                    if first is None:
-                        first = float(f.pts * f.time_base) if f.pts is not None else t
-                    parts.append(f.to_ndarray())
+        container = self.container  # the one the frames came from: seeked back for sound
+        stream = container.streams.audio[0]
+        layout = "mono" if channels == 1 else "stereo"
+        resampler = av.AudioResampler(format="fltp", layout=layout, rate=rate)
+        container.seek(max(0, int(start / float(stream.time_base))), stream=stream)
+        parts, first = [], None
+        for frame in container.decode(stream):
+            if frame.pts is None:
+                continue
+            t = float(frame.pts * stream.time_base)
+            if t >= stop:
+                break
+            for f in resampler.resample(frame):
+                if first is None:
+                    first = float(f.pts * f.time_base) if f.pts is not None else t
+                parts.append(f.to_ndarray())
         if not parts:
             return torch.zeros(channels, 0)
         wave = torch.from_numpy(np.concatenate(parts, axis=1))
