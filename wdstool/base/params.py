@@ -100,3 +100,24 @@ class Dimensions(click.ParamType):
 
 
 DIMENSIONS = Dimensions()
+
+
+class SecondsRange(click.ParamType):
+    """'2-6' (or '1.5'): a range of video lengths in seconds, 0 < MIN <= MAX."""
+
+    name = "MIN-MAX"
+
+    def convert(self, value, param, ctx):  # type: ignore[override]
+        if isinstance(value, tuple):
+            return value
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(?:-\s*([0-9]*\.?[0-9]+)\s*)?", str(value))
+        lo = float(m.group(1)) if m else 0.0
+        hi = float(m.group(2) or m.group(1)) if m else 0.0
+        if not 0 < lo <= hi:
+            self.fail(
+                f"{value!r} is not MIN-MAX seconds with 0 < MIN <= MAX (e.g. 2-6)", param, ctx
+            )
+        return lo, hi
+
+
+SECONDS_RANGE = SecondsRange()

@@ -3,7 +3,6 @@ MP4 videos) for demos and benchmarks."""
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 
@@ -12,31 +11,13 @@ from click.core import ParameterSource
 
 from wdstool.base.errors import ConfigError
 from wdstool.base.host import usable_cores
-from wdstool.base.params import DIMENSIONS, format_size
+from wdstool.base.params import DIMENSIONS, SECONDS_RANGE, format_size
 from wdstool.cli.common import progress_enabled
 from wdstool.cli.defaults import library_default, library_option
 
 LIBRARY = "shard_writer:generate_sample_data"  # its keywords' defaults are the options'
 VIDEOS = "shard_writer:generate_sample_videos"  # ... and the videos' ones
 VIDEO_SETTINGS = "shard_writer:VideoSettings"
-
-
-class SecondsRange(click.ParamType):
-    """'2-6' (or '1.5'): a range of video lengths in seconds, 0 < MIN <= MAX."""
-
-    name = "MIN-MAX"
-
-    def convert(self, value, param, ctx):  # type: ignore[override]
-        if isinstance(value, tuple):
-            return value
-        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(?:-\s*([0-9]*\.?[0-9]+)\s*)?", str(value))
-        lo = float(m.group(1)) if m else 0.0
-        hi = float(m.group(2) or m.group(1)) if m else 0.0
-        if not 0 < lo <= hi:
-            self.fail(
-                f"{value!r} is not MIN-MAX seconds with 0 < MIN <= MAX (e.g. 2-6)", param, ctx
-            )
-        return lo, hi
 
 
 class _SecondsDefault(click.Option):
@@ -88,7 +69,7 @@ def _size_shown(wh: tuple[int, int]) -> str:
 @click.option(
     "--seconds",
     cls=_SecondsDefault,
-    type=SecondsRange(),
+    type=SECONDS_RANGE,
     show_default=True,
     help="With --videos: each video's length, drawn from MIN..MAX seconds by --seed (one "
     "number: all that long).",
