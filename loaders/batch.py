@@ -179,8 +179,7 @@ class BatchAssembler:
         except Exception as exc:  # a transform or a decoder bug: name the sample
             raise SampleError(f"{where}: {type(exc).__name__}: {exc}") from exc
         fields = {**(values or {}), **as_clip_fields(got, clip, clips.clips)}
-        if "audio" in fields:
-            self._fields.check({"audio": fields["audio"]})
+        self._fields.check(fields)  # the audio's length may differ, its channels may not
         return Decoded([got.video], label, key, fields, loc.source, not loc.pad)
 
     def _decode(self, loc: Located) -> Decoded:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any, NamedTuple
 
 import torch
@@ -66,6 +67,11 @@ class ClipRecipe:
                 "clips are uint8: end the transform at uint8 and normalize on the device "
                 "(loaders.normalize works on [B,T,3,H,W] batches too)"
             )
+
+    @cached_property
+    def _head_only(self) -> Recipe:
+        """The recipe's head alone, for still clips (its tail runs on the whole clip)."""
+        return replace(self.recipe, tail=())
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -150,9 +156,7 @@ class ClipRecipe:
         tail on the whole clip."""
         if out is None:
             out = torch.empty(self.shape, dtype=torch.uint8)
-        first = Recipe.__call__(
-            _headless(self.recipe), bytes(data), rng, seeder, out[0], where=where
-        )
+        first = self._head_only(data, rng, seeder, out[0], where=where)
         if first is not out[0]:
             out[0].copy_(first)
         out[1:] = out[0]
@@ -169,11 +173,6 @@ class ClipRecipe:
         # a plain [T,3,H,W] tensor: v2 ops take it as a batch of images and draw once per call
         # (as a tv_tensors.Video some ops, Grayscale among them, would pass it through)
         return self.recipe.finish(clip, rng, seeder)
-
-
-def _headless(recipe: Recipe) -> Recipe:
-    """The recipe's head alone (its tail runs on the whole clip)."""
-    return replace(recipe, tail=())
 
 
 def _apply_clip(frames: torch.Tensor, g: Geometry, out: torch.Tensor) -> torch.Tensor:
