@@ -134,3 +134,15 @@ def test_skipping_unneeded_frames_changes_no_pixel(
     monkeypatch.setattr(clipdecode._PyAVVideo, "skip", False)
     full = [decode_frames(data, w, backend="pyav").frames for w in wants]
     assert all(a.equal(b) for a, b in zip(skipped, full, strict=True))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_one_opened_video_gives_frames_again_and_again(
+    clips: dict[str, bytes], backend: str
+) -> None:
+    """Several calls on one opened video (``wdstool show``'s strips): each call seeks, so a
+    frame of the first GOP after a later one is still that frame."""
+    data = clips["h264"]
+    video = open_video(data, info=probe_video(data), backend=backend)
+    for want in ([40], [3], [65], [0, 1], [12]):
+        assert [frame_index(f.numpy()) for f in video.frames(want).frames] == want

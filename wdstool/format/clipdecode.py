@@ -275,6 +275,7 @@ def _rgb(frame: object) -> np.ndarray:
 
 class _PyAVVideo(OpenVideo):
     skip = os.environ.get("WDSTOOL_VIDEO_SKIP_NONREF", "1") != "0"  # off: for comparisons
+    read = False  # frames were decoded from the container already (it is no longer at its start)
 
     def __init__(self, data: bytes | memoryview, info: VideoInfo | None, where: str) -> None:
         self.data, self.where = data, where
@@ -282,6 +283,9 @@ class _PyAVVideo(OpenVideo):
         if not self.container.streams.video:
             self.container.close()
             raise BadVideo("no video stream")
+        video = self.container.streams.video[0]
+        video.thread_type = "SLICE"  # set before the codec opens (the first decode)
+        video.codec_context.thread_count = 1
         if info is None:
             stream = self.container.streams.video[0]
             rate = stream.average_rate or stream.guessed_rate
@@ -314,13 +318,14 @@ class _PyAVVideo(OpenVideo):
     def _decode(self, want: list[int]) -> tuple[torch.Tensor, tuple[float, ...]]:
         container, info = self.container, self.info
         stream = container.streams.video[0]
-        stream.thread_type = "SLICE"
-        stream.codec_context.thread_count = 1
         fps, tb = info.fps, float(stream.time_base)
         origin = stream.start_time if stream.start_time is not None else 0
         first, last = want[0], want[-1]
         keys = info.keyframes
-        if not keys or first >= (keys[1] if len(keys) > 1 else 1 << 62):
+        # no seek only from the start of a container nothing was read from yet
+        in_first_gop = not self.read and keys and first < (keys[1] if len(keys) > 1 else 1 << 62)
+        self.read = True
+        if not in_first_gop:
             # to the keyframe at or before the first wanted frame (half a frame early: rounding)
             target = origin + int((first - 0.5) / fps / tb) if first > 0 else origin
             container.seek(max(origin, target), stream=stream, backward=True, any_frame=False)

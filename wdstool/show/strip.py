@@ -47,9 +47,8 @@ def video_strip(
     video = open_video(data, info=info, where=where)
     info = video.info
     indices = strip_indices(info.frames, info.keyframes)
-    # one decoder per frame: each seeks from a fresh start (a keyframe decodes alone)
-    clips = [video.frames(indices[:1])]
-    clips += [open_video(data, info=info, where=where).frames([i]) for i in indices[1:]]
+    # a frame at a time: each seeks to its keyframe (a keyframe decodes alone)
+    clips = [video.frames([i]) for i in indices]
     frames = torch.cat([c.frames for c in clips]).permute(0, 3, 1, 2)  # [n,3,H,W]
     _, _, h, w = frames.shape
     if max(h, w) > longest:
