@@ -111,4 +111,4 @@ def write_foreign_index(
     }
 
 
-__all__ = ["shards_of", "write_foreign_index"]
+__all__ = ["dataset_of", "shards_of", "write_foreign_index"]

@@ -18,17 +18,16 @@ from collections.abc import Callable
 from typing import Any
 
 from shard_writer.dest import Destination
+from shard_writer.foreign_index import dataset_of
 from wdstool.base.errors import DestinationError, ShardError
 from wdstool.base.remote import open_shard
-from wdstool.base.s3 import read_object
 from wdstool.base.urls import is_remote
 from wdstool.format.dali_index import DALI_INDEX_VERSION, DaliIndex, dali_index, dali_index_name
 from wdstool.format.manifest import (
     Manifest,
+    ManifestNotFound,
     ShardEntry,
-    base_url_of,
     manifest_url_for,
-    parse_manifest,
     resolve_shard_url,
 )
 from wdstool.format.tar_read import TarSampleReader
@@ -47,7 +46,7 @@ def scan_dali_index(
         if is_remote(url):
             f.peek(1)  # remote shards open lazily: fail here, with this message, when missing
     except ShardError as exc:
-        if not exc.message.endswith("shard not found"):
+        if not exc.message.endswith("shard not found") or entry.nsamples < 0:  # < 0: unlisted
             raise
         raise ShardError(f"{url}: shard listed in the manifest is missing") from None
     with f:
@@ -65,18 +64,19 @@ def scan_dali_index(
             "it was packed: run `wdstool verify`)"
         )
     index = dali_index(members, url)
-    if index.samples != entry.nsamples:
+    if entry.nsamples >= 0 and index.samples != entry.nsamples:
         raise ShardError(f"{url}: {index.samples} samples, the manifest says {entry.nsamples}")
     return index
 
 
 def index_location(base: str, shard: str, out: str | None) -> tuple[str, str]:
-    """(folder URL, name under it) of the index of the manifest entry ``shard``."""
-    relative = "://" not in shard and not shard.startswith("/")
+    """(folder URL, name under it) of the index of the manifest entry ``shard`` (``base`` "":
+    no manifest, ``shard`` is the shard's own path)."""
+    relative = base and "://" not in shard and not shard.startswith("/")
     if relative:
         return (out or base), dali_index_name(shard)
     folder, _, name = shard.rpartition("/")
-    return (out or folder), dali_index_name(name)
+    return (out or folder or "."), dali_index_name(name)
 
 
 def _write(dest: Destination, name: str, text: str) -> None:
@@ -96,17 +96,19 @@ def write_dali_indexes(
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Write one DALI index file per shard of the dataset at ``source`` (a folder or prefix
-    holding ``index.json``, or the manifest's URL). Returns a summary. Raises a one-line
-    ShardError for a missing manifest or shard, or a shard that disagrees with the manifest;
-    index files already written stay (each is complete), none is left half-written."""
-    where = manifest_url_for(source)
+    holding ``index.json``, or the manifest's URL; or shards without one: a folder or prefix of
+    ``.tar`` files, a brace pattern or one shard, whose index files go beside them). Returns a
+    summary. Raises a one-line ShardError where there is neither, for a missing shard, or a
+    shard that disagrees with the manifest; index files already written stay (each is
+    complete), none is left half-written."""
     try:
-        manifest = parse_manifest(read_object(where, storage_options), where)
-    except FileNotFoundError:
+        manifest, base = dataset_of(source, storage_options, count=False)
+    except ManifestNotFound:
         raise ShardError(
-            f"{where}: no manifest found (index a dataset packed by `wdstool pack`)"
+            f"{manifest_url_for(source)}: no manifest found, and no .tar shards there (index a "
+            "dataset packed by `wdstool pack`, a folder of .tar shards, or a shard)"
         ) from None
-    base = base_url_of(where)
+    where = manifest_url_for(source) if base else source
     plan = _plan(manifest, base, out, where)
     dests: dict[str, Destination] = {}
     written: list[str] = []

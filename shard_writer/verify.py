@@ -243,7 +243,7 @@ def verify_shard(
         f = open_shard(url, storage_options)
         f.peek(1)  # remote shards open lazily: fail here, with this message, when missing
     except ShardError as exc:
-        if "not found" not in exc.message:
+        if "not found" not in exc.message or entry.nsamples < 0:  # < 0: no index lists it
             raise
         raise ShardError(f"{url}: shard listed in the manifest is missing") from None
     with f:

@@ -112,8 +112,8 @@ def test_missing_manifest_and_flag_are_one_line_errors(tmp_path: Path) -> None:
     r = run_cli("index", str(tmp_path / "nothing"), "--dali", check=False)
     assert r.returncode == 1
     assert r.stderr.strip() == (
-        f"Error: {tmp_path}/nothing/index.json: no manifest found "
-        "(index a dataset packed by `wdstool pack`)"
+        f"Error: {tmp_path}/nothing/index.json: no manifest found, and no .tar shards there "
+        "(index a dataset packed by `wdstool pack`, a folder of .tar shards, or a shard)"
     )
     r = run_cli("index", str(tmp_path), check=False)
     assert r.returncode == 2 and r.stderr.strip().startswith("Error: say which index to write")

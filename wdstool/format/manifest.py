@@ -268,13 +268,18 @@ def manifest_url_for(source: str) -> str:
 
 def base_url_of(manifest_url: str) -> str:
     """The folder/prefix that relative shard URLs in a manifest are resolved against."""
-    return manifest_url.rsplit("/", 1)[0] if "/" in manifest_url else "."
+    if "/" not in manifest_url:
+        return "."
+    return manifest_url.rsplit("/", 1)[0] or "/"  # "/index.json": the root, not "no base"
 
 
 def resolve_shard_url(base: str, url: str) -> str:
-    if "://" in url or url.startswith("/"):
+    """A shard's URL as a manifest names it, resolved against ``base`` (:func:`base_url_of`).
+    ``base`` "": no manifest, the URL is the shard's own (a relative path stays relative to
+    the working folder, never joined to the root of the file system)."""
+    if not base or "://" in url or url.startswith("/"):
         return url
-    return f"{base}/{url}"
+    return f"{base.rstrip('/')}/{url}"
 
 
 def load_manifest(
