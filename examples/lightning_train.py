@@ -18,7 +18,7 @@ group. Lightning then
 
 The validation loader uses ``uneven="mask"``: every rank runs the same number of batches and
 every sample is counted exactly once over all ranks (padding slots carry ``valid=False``).
-Install Lightning with ``pip install 'wdstool[lightning]'``.
+Install Lightning with ``pip install -e '.[lightning]'``.
 """
 
 from __future__ import annotations

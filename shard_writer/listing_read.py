@@ -11,7 +11,7 @@ is a string; JSON Lines and parquet keep theirs. Nothing here knows what the col
   what ``pandas.to_csv(sep="\\t")`` writes. Blank lines are ignored; a row with another number of
   fields than the header, or bad quoting, is an error.
 - JSON Lines: one JSON object per line (blank lines ignored); ``NaN``/``Infinity`` are not JSON.
-- Parquet: needs pyarrow (``pip install 'wdstool[parquet]'``).
+- Parquet: needs pyarrow (``pip install -e '.[parquet]'``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 from wdstool.base.errors import ConfigError, InputError
 
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".parquet": "parquet"}
-PARQUET_HINT = "reading a .parquet listing needs pyarrow: pip install 'wdstool[parquet]'"
+PARQUET_HINT = "reading a .parquet listing needs pyarrow: pip install -e '.[parquet]'"
 
 
 @dataclass(frozen=True, slots=True)

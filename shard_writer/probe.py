@@ -171,7 +171,7 @@ def video_info(data: bytes, where: str) -> ImageInfo:
         raise BadImage(str(exc)) from None
     except ImportError:
         raise ConfigError(
-            f"{where}: a video; probing videos needs PyAV: pip install 'wdstool[video]'"
+            f"{where}: a video; probing videos needs PyAV: pip install -e '.[video]'"
         ) from None
     ext = video_kind(data) or ""
     canonical = json.dumps(facts.to_json(), sort_keys=True, separators=(",", ":"))

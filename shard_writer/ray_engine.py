@@ -30,7 +30,7 @@ from typing import Any
 from wdstool.base.errors import ConfigError, WdsToolError
 
 log = logging.getLogger(__name__)
-INSTALL_HINT = "engine='ray' needs Ray: pip install 'wdstool[ray]'"
+INSTALL_HINT = "engine='ray' needs Ray: pip install -e '.[ray]'"
 TASK_RETRIES = 3  # re-runs of a task whose worker process or node died
 CONNECT_TIMEOUT = 5.0
 

@@ -94,7 +94,7 @@ def source_photos() -> list[tuple[str, Image.Image]]:
     if not photos:
         raise InputError(
             "no source photographs found: install scikit-image, scikit-learn or matplotlib "
-            "(pip install 'wdstool[dev]')"
+            "(pip install -e '.[dev]')"
         )
     return sorted(photos, key=lambda p: p[0])
 

@@ -208,7 +208,7 @@ def _check_video(sample: Any, ext: str, url: str, decode: bool) -> None:
         raise ShardError(f"{url}: sample {sample.key!r}: .{ext} member: {exc}") from None
     except ImportError:
         raise ConfigError(
-            f"{url}: holds videos; decoding them needs PyAV: pip install 'wdstool[video]'"
+            f"{url}: holds videos; decoding them needs PyAV: pip install -e '.[video]'"
         ) from None
 
 

@@ -114,7 +114,7 @@ class CallbackExporter(Exporter):
 class PrometheusExporter(Exporter):
     """An HTTP endpoint for Prometheus on ``addr:port + LOCAL_RANK`` (one per rank of a node;
     ``port=0``: any free port, see ``.port``), serving this loader's metrics with a ``rank``
-    label. Needs ``prometheus_client`` (``pip install 'wdstool[monitor]'``). Nothing runs per
+    label. Needs ``prometheus_client`` (``pip install -e '.[monitor]'``). Nothing runs per
     step: a scrape reads ``loader.stats()``. ``close()`` stops the endpoint."""
 
     every = 1 << 62  # pulled, not pushed
@@ -126,7 +126,7 @@ class PrometheusExporter(Exporter):
             from wdstool.base.errors import ConfigError
 
             raise ConfigError(
-                "PrometheusExporter needs prometheus_client: pip install 'wdstool[monitor]'"
+                "PrometheusExporter needs prometheus_client: pip install -e '.[monitor]'"
             ) from None
         self.addr = addr
         self.port = port + (int(os.environ.get("LOCAL_RANK", "0")) if per_rank and port else 0)

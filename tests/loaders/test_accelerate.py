@@ -17,7 +17,7 @@ import pytest
 from tests.loaders.jobs import check_runs, read_log, run_job
 
 pytest.importorskip(
-    "accelerate", reason="accelerate is not installed (pip install 'wdstool[accelerate]')"
+    "accelerate", reason="accelerate is not installed (pip install -e '.[accelerate]')"
 )
 pytestmark = pytest.mark.slow
 

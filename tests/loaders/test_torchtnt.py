@@ -15,7 +15,7 @@ import pytest
 from tests.loaders.jobs import check_runs, run_job
 
 pytest.importorskip(
-    "torchtnt", reason="torchtnt is not installed (pip install 'wdstool[torchtnt]')"
+    "torchtnt", reason="torchtnt is not installed (pip install -e '.[torchtnt]')"
 )
 pytestmark = pytest.mark.slow
 

@@ -205,5 +205,5 @@ def test_parquet_without_pyarrow_names_the_extra(folder: Path) -> None:
     )
     assert r.returncode == 2
     assert r.stderr.strip() == (
-        f"Error: {listing}: reading a .parquet listing needs pyarrow: pip install 'wdstool[parquet]'"
+        f"Error: {listing}: reading a .parquet listing needs pyarrow: pip install -e '.[parquet]'"
     )

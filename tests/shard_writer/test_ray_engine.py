@@ -281,7 +281,7 @@ def test_engine_ray_without_ray_names_the_extra(tree: Path, tmp_path: Path) -> N
         timeout=120,
     )
     assert r.returncode != 0
-    assert r.stderr.strip() == "Error: --engine 'ray' needs Ray: pip install 'wdstool[ray]'"
+    assert r.stderr.strip() == "Error: --engine 'ray' needs Ray: pip install -e '.[ray]'"
 
 
 def test_on_error_fail_under_ray_is_the_local_one_line_error(tmp_path: Path) -> None:

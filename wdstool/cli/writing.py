@@ -98,7 +98,7 @@ def write_options(
             "--engine",
             type=click.Choice(["local", "ray"]),
             help="local: a process pool on this machine. ray: the work runs as Ray tasks "
-            "(pip install 'wdstool[ray]'); same bytes as local. SRC and DEST must then be "
+            "(pip install -e '.[ray]'); same bytes as local. SRC and DEST must then be "
             "reachable from every node (s3://... for both, or a shared folder).",
         ),
         option(

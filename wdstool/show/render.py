@@ -18,7 +18,7 @@ from typing import Any
 
 from wdstool.base.errors import ConfigError, DestinationError
 
-NEEDS = "the HTML report (out_dir=) needs Jinja2 and matplotlib: pip install 'wdstool[show]'"
+NEEDS = "the HTML report (out_dir=) needs Jinja2 and matplotlib: pip install -e '.[show]'"
 MARKER = ".wdstool-show"  # names a folder as a report this command may replace
 
 
