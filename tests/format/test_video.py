@@ -8,7 +8,8 @@ import pytest
 from shard_writer.sample_videos import VideoSettings, encode_video, frame_index
 from wdstool.base.errors import ConfigError, SampleError
 from wdstool.format import clipdecode
-from wdstool.format.clipdecode import _torchcodec_error, decode_frames, open_video
+from wdstool.format.clipdecode import decode_frames, open_video
+from wdstool.format.torchcodec_probe import torchcodec_error
 from wdstool.format.video import BadVideo, VideoInfo, probe_video, video_kind
 
 H264 = VideoSettings(width=96, height=64, fps=25, gop=10, bframes=3)
@@ -19,8 +20,8 @@ BACKENDS = [
     pytest.param(
         "torchcodec",
         marks=pytest.mark.skipif(
-            _torchcodec_error() is not None,
-            reason=f"TorchCodec does not load here ({_torchcodec_error()}); "
+            torchcodec_error() is not None,
+            reason=f"TorchCodec does not load here ({torchcodec_error()}); "
             "apt-get install libavdevice59",
         ),
     ),
@@ -116,6 +117,28 @@ def test_the_backend_is_chosen_by_the_environment(monkeypatch: pytest.MonkeyPatc
         monkeypatch.setenv("WDSTOOL_VIDEO_DECODER", "ffmpeg-cli")
         with pytest.raises(ConfigError, match="WDSTOOL_VIDEO_DECODER='ffmpeg-cli'"):
             clipdecode.video_backend()
+    finally:
+        clipdecode.video_backend.cache_clear()
+
+
+def test_asking_for_torchcodec_tells_the_truth(
+    clips: dict[str, bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probe decodes, so its answer is what decoding does: TorchCodec 0.17 imports without
+    FFmpeg's libraries and failed only at the first frame, where every sample became "not a
+    readable video" instead of the ConfigError naming the package."""
+    monkeypatch.setenv("WDSTOOL_VIDEO_DECODER", "torchcodec")
+    clipdecode.video_backend.cache_clear()
+    try:
+        if torchcodec_error() is None:
+            assert clipdecode.video_backend() == "torchcodec"
+            frames = decode_frames(clips["h264"], [0, 3], where="k")
+            assert [frame_index(f.numpy()) for f in frames.frames] == [0, 3]
+        else:
+            with pytest.raises(ConfigError, match=r"torchcodec.*libavdevice59"):
+                clipdecode.video_backend()
+            with pytest.raises(SampleError, match="not a readable video"):
+                decode_frames(clips["h264"], [0], where="k", backend="torchcodec")
     finally:
         clipdecode.video_backend.cache_clear()
 

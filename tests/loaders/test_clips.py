@@ -16,7 +16,7 @@ from loaders import Clips, Source, make_loader, normalize
 from shard_writer.sample_videos import VideoSettings, frame_index
 from tests.videos import SMALL, pattern, video_bytes, write_shards
 from wdstool.base.errors import ConfigError, SampleError
-from wdstool.format.clipdecode import _torchcodec_error
+from wdstool.format.torchcodec_probe import torchcodec_error
 
 LENGTHS = [72, 40, 10, 96, 55, 30, 64, 7, 48, 80]  # frames; 10 and 7 are shorter than a clip
 FPS = SMALL.fps
@@ -118,8 +118,8 @@ def test_same_clips_for_any_worker_count_mode_and_backend(shards: str, foreign: 
 def test_both_decoders_give_the_same_clips(
     shards: str, backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if backend == "torchcodec" and _torchcodec_error():
-        pytest.skip(f"TorchCodec does not load here: {_torchcodec_error()}")
+    if backend == "torchcodec" and torchcodec_error():
+        pytest.skip(f"TorchCodec does not load here: {torchcodec_error()}")
     from wdstool.format import clipdecode
 
     clips = Clips(frames=5, stride=3)
@@ -130,7 +130,7 @@ def test_both_decoders_give_the_same_clips(
     finally:
         clipdecode.video_backend.cache_clear()
     monkeypatch.setenv("WDSTOOL_VIDEO_DECODER", "pyav" if backend == "torchcodec" else "torchcodec")
-    if _torchcodec_error():
+    if torchcodec_error():
         monkeypatch.setenv("WDSTOOL_VIDEO_DECODER", "pyav")
     try:
         ref = _by_key(_loader(shards, clips, seed=2))

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from wdstool.base.errors import ConfigError, SampleError
+from wdstool.format.torchcodec_probe import torchcodec_error
 from wdstool.format.video import BadVideo, VideoInfo, open_container, probe_video
 
 log = logging.getLogger(__name__)
@@ -51,18 +52,6 @@ class Clip(NamedTuple):
 
     frames: torch.Tensor
     seconds: tuple[float, ...]
-
-
-@cache
-def _torchcodec_error() -> str | None:
-    """Why TorchCodec's video decoder cannot be used here (None: it can)."""
-    try:
-        from torchcodec._core import ops  # noqa: F401  (loads libtorchcodec and FFmpeg)
-        from torchcodec.decoders import VideoDecoder  # noqa: F401
-    except Exception as exc:  # ImportError, or FFmpeg's libraries missing (RuntimeError)
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return f"{type(exc).__name__}: {first}"
-    return None
 
 
 @cache
@@ -81,7 +70,7 @@ def video_backend() -> str:
         raise ConfigError("WDSTOOL_VIDEO_DECODER=pyav but PyAV is not installed: pip install av")
     name = asked or ("pyav" if has_av else "torchcodec")
     # TorchCodec (and the FFmpeg it loads) only where it is the one used
-    why = _torchcodec_error() if name == "torchcodec" else None
+    why = torchcodec_error() if name == "torchcodec" else None
     if why is not None and asked:
         raise ConfigError(
             f"WDSTOOL_VIDEO_DECODER=torchcodec but TorchCodec does not load ({why}); install "
@@ -89,7 +78,7 @@ def video_backend() -> str:
         )
     if why is not None:
         raise ConfigError(
-            f"decoding videos needs PyAV (pip install 'wdstool[video]') or TorchCodec with "
+            f"decoding videos needs PyAV (pip install -e '.[video]') or TorchCodec with "
             f"FFmpeg's libraries; TorchCodec does not load here ({why})"
         )
     reason = "" if asked or has_av else " (PyAV is not installed)"
