@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 DEMO_DIR ?= build/demo
 DEMO_IMAGES ?= 2000
 
-.PHONY: venv demo test docs lint format bench bench-fields bench-large bench-restart bench-video bench-peers bench-peers-recipe bench-reshard faults mutants clean
+.PHONY: venv system demo test docs lint format bench bench-fields bench-large bench-restart bench-video bench-peers bench-peers-recipe bench-reshard faults mutants clean
 BENCH_DATA ?= bench/data
 BENCH_IMAGES ?= 10000
 BENCH_WORKERS ?= 1,2
@@ -33,12 +33,29 @@ demo: $(STAMP)
 	$(PY) -m wdstool verify $(DEMO_DIR)/shards
 	$(PY) examples/s3_demo.py $(DEMO_DIR)/images $(DEMO_DIR)/shards
 
+# System libraries the suite uses, installed with apt-get where make runs as root on Debian or
+# Ubuntu; elsewhere each test that needs one is a skip naming the package. chromium and
+# chromium-driver: the browser test of `wdstool show`; libavdevice59: FFmpeg 5.1's shared
+# libraries, which TorchCodec loads at its first decode (PyAV's wheels carry their own).
+# SYSTEM_PACKAGES= (empty) installs nothing.
+SYSTEM_PACKAGES ?= chromium chromium-driver libavdevice59
+system:
+	@missing=""; for p in $(SYSTEM_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing system packages:$$missing"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; } \
+	    || echo "note: apt-get could not install$$missing; the tests that need them are skipped, naming them"; \
+	else echo "note: not installed:$$missing (apt-get install$$missing as root); the tests that need them are skipped, naming them"; fi
+
 # The suite on TEST_WORKERS processes (pytest-xdist), a test file at a time in each: half its
 # serial time is spent waiting on subprocesses, servers and retries. Tests that look at every
 # process on the machine (Ray's) share one file. TEST_WORKERS=0 runs it in one process; the 30
 # slowest tests are listed at the end.
 TEST_WORKERS ?= 2
-test: $(STAMP)
+test: $(STAMP) system
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30
 
 # The documentation site (mkdocs.yml, docs/) into build/site/: --strict makes any warning fatal,
