@@ -2,8 +2,9 @@
 
 ``source`` is one data set (a path, URL or brace pattern) or a list of :class:`Source` (a
 mixture). Each source is resolved in the main process before any worker starts (manifest read,
-or header-only scan of shards without one); a source that does not resolve, an empty one or a
-bad weight is a one-line ConfigError naming it.
+or header-only scan of shards without one); a source that does not resolve, an empty one, a
+bad weight or a ``label`` its samples do not carry (:mod:`loaders.labels`) is a one-line
+ConfigError naming it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from loaders.dataset import LoaderSource
+from loaders.labels import check_label
 from loaders.schema import FieldsFn, SampleSchema
 from loaders.source import ShardAccess, Source, resolve_source
 from wdstool.base.errors import ConfigError, WdsToolError
@@ -37,6 +39,7 @@ def loader_sources(
         schema = SampleSchema.build(label, fields, fields_fn)
         url = os.fspath(source)
         index = resolve_source(url, storage_options, access=access, skip_damaged=skip_damaged)
+        check_label(index, schema, access)
         return [LoaderSource(url, index, access, schema)], False
     listed = [source] if isinstance(source, Source) else list(source)
     if not listed:
@@ -61,6 +64,10 @@ def loader_sources(
             raise ConfigError(f"source[{n}] {src.url}: {exc.message}") from None
         if index.num_samples <= 0:
             raise ConfigError(f"source[{n}] {src.url}: no samples (weight {src.weight})")
+        try:
+            check_label(index, schema, src_access)
+        except ConfigError as exc:
+            raise ConfigError(f"source[{n}] {exc.message}") from None
         out.append(LoaderSource(src.url, index, src_access, schema, float(src.weight)))
     return out, True
 
