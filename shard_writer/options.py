@@ -218,6 +218,9 @@ class ReshardOptions(WriteOptions):
     exclude_keys: str | None = None  # ... carry all but these
     dedupe: bool = False
     rename_collisions: bool = False
+    # SRCs that carry different members (.cls in one only): refused unless this (not recorded:
+    # it decides whether to write, not what)
+    allow_mixed_members: bool = False
 
     def recorded(self, key_lists: dict[str, str | None]) -> dict[str, Any]:
         """The options that determine the output bytes; ``key_lists``: the sha256 of each key

@@ -2,7 +2,8 @@
 
 Steps, as pack's: resolve the SRCs' shards (:mod:`shard_writer.tar_sources`) -> scan every
 shard's headers (a task per shard on the engine) -> choose the samples and their keys (pure,
-:mod:`shard_writer.reshard_plan`) -> lay them out with pack's pure layout (limits, seeded
+:mod:`shard_writer.reshard_plan`), refuse SRCs that carry different members unless asked
+(:mod:`shard_writer.reshard_members`) -> lay them out with pack's pure layout (limits, seeded
 shuffle) -> write the shards that are not complete yet and ``index.json`` last
 (:mod:`shard_writer.copy`, :mod:`shard_writer.commit`). The output depends only on the sources
 and the options recorded in the manifest, never on ``--workers``; an interrupted reshard
@@ -33,6 +34,7 @@ from shard_writer.keys import read_keys
 from shard_writer.layout import group_samples, shard_name
 from shard_writer.options import PackSummary, ProgressFn, ReshardOptions
 from shard_writer.probe import EncodeOptions
+from shard_writer.reshard_members import disagreement, refusal
 from shard_writer.reshard_plan import Carried, Selecting, Selection, merge_source_classes, select
 from shard_writer.tar_sources import ShardScan, SourceSet, resolve_srcs, scan_shard
 from wdstool.base.errors import ConfigError, InputError, OnError
@@ -136,6 +138,11 @@ def plan_reshard(
             f"{', '.join(srcs)}: no samples to write"
             + (f" ({len(selection.skipped)} skipped)" if selection.skipped else "")
         )
+    mixed = disagreement(sets, scans)  # DEST's own shards too, for an append
+    if mixed is not None and not options.allow_mixed_members:
+        raise InputError(refusal(mixed))
+    if mixed is not None:
+        log.warning("the SRCs carry different members, merged as asked: %s", mixed)
     numbered = [int(m.group(1)) + 1 for c in selection.samples if (m := _NUMBERED.match(c.key))]
     next_key = max([*numbered, len(selection.samples), next_key])
     recorded = {**options.recorded(key_lists), "next_key": next_key}

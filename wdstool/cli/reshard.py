@@ -34,9 +34,11 @@ def selection_options(f: Any) -> Any:
             option(
                 "--dedupe",
                 is_flag=True,
-                help="Drop exact duplicates (same sha256 of the image member): the first one "
-                "is kept, the others listed in index.json 'skipped'. Reads every image once "
-                "more.",
+                help="Drop exact duplicates (same sha256 of the image member): the copy kept is "
+                "the first in SRC order (SRC after SRC, shard after shard), with its own members "
+                "(a later copy's .cls or .txt is not carried over: list first the SRC whose "
+                "labels or captions you want); the others are listed in index.json 'skipped'. "
+                "Reads every image once more.",
             ),
             option(
                 "--rename-collisions",
@@ -66,6 +68,15 @@ def reshard_options(params: dict[str, Any]) -> Any:
     what="the sources' order (SRC after SRC, shard after shard)",
 )
 @selection_options
+@library_option(
+    OPTIONS,
+    "--allow-mixed-members",
+    is_flag=True,
+    help="Merge SRCs that carry different members (.cls in one and not in another, .txt in "
+    "one only: labelled with unlabelled data), which is otherwise refused naming them; the "
+    "result then has samples without those members (read it with label=None, or fields "
+    "that allow None).",
+)
 @storage_options_from_cli
 def reshard_cmd(
     srcs: tuple[str, ...],
@@ -89,6 +100,8 @@ def reshard_cmd(
     are split across two consecutive shards of a SRC is joined. A key found twice is an
     error naming both shards (or --rename-collisions). Data sets with class names must have
     the same classes (one list may extend the other), since .cls members are not rewritten.
+    SRCs must agree on labels and captions: a SRC with .cls members and one without (or .txt
+    in one only) is an error naming them, unless --allow-mixed-members.
 
     The same sources and options always give byte-identical shards, whatever --workers;
     an interrupted reshard finishes when run again; index.json is written last. --on-error
