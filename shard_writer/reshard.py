@@ -132,17 +132,17 @@ def plan_reshard(
     if on_total:
         on_total(len(urls), 0, "scan")
     scans = _scan_all(urls, first_new, options, storage_options, pool, progress)
+    mixed = disagreement(sets, scans)  # before keys: whether to merge at all (DEST's too)
+    if mixed is not None and not options.allow_mixed_members:
+        raise InputError(refusal(mixed))
+    if mixed is not None:
+        log.warning("the SRCs carry different members, merged as asked: %s", mixed)
     selection = select(sets, scans, urls, how, existing=1 if own is not None else 0)
     if not selection.samples:
         raise InputError(
             f"{', '.join(srcs)}: no samples to write"
             + (f" ({len(selection.skipped)} skipped)" if selection.skipped else "")
         )
-    mixed = disagreement(sets, scans)  # DEST's own shards too, for an append
-    if mixed is not None and not options.allow_mixed_members:
-        raise InputError(refusal(mixed))
-    if mixed is not None:
-        log.warning("the SRCs carry different members, merged as asked: %s", mixed)
     numbered = [int(m.group(1)) + 1 for c in selection.samples if (m := _NUMBERED.match(c.key))]
     next_key = max([*numbered, len(selection.samples), next_key])
     recorded = {**options.recorded(key_lists), "next_key": next_key}

@@ -117,3 +117,11 @@ def test_append_compares_with_the_data_set_in_dest(here: Path) -> None:
     with pytest.raises(InputError, match=r"\.cls \(labels\) in .*out.*, not in plain"):
         reshard(["plain"], "out", ReshardOptions(workers=1, append=True))
     assert len(json.loads((here / "out" / "index.json").read_text())["shardlist"]) == 1
+
+
+def test_members_are_named_before_colliding_keys(here: Path) -> None:
+    """The same keys in an unlabelled copy of a labelled SRC: the members are the question
+    (whether to merge at all), asked before the keys."""
+    write_tar(here / "same" / "same.tar", "l", txt=True)
+    r = wdstool("reshard", "-q", "lab", "same", "out")
+    assert r.exit_code != 0 and ".cls (labels) in lab, not in same" in r.stderr
