@@ -233,6 +233,39 @@ def test_short_forward_seeks_read_through_long_ones_reopen() -> None:
         r.seek(-1)
 
 
+def test_pages_ask_for_pieces_seek_inside_by_reading_and_past_by_asking_there() -> None:
+    """``page``: each request asks for at most a page (the opener gets its end); a forward seek
+    inside the page asked for reads through, one past it asks for the next page there; a store
+    whose bodies run on (``bounded=False``) is asked for no more pages."""
+    store = Store()
+    ends: list[int | None] = []
+
+    def opener(offset: int, version: str | None, end: int | None = None) -> Opened:
+        ends.append(end)
+        return store.open(offset, version, end)
+
+    r = RangeReader(URL, opener)
+    r.page = 1000
+    assert r.read(10) == DATA[:10] and ends == [1000]
+    assert r.seek(900) == 900 and r.read(200) == DATA[900:1000]  # stops at the page's end
+    assert len(store.opens) == 1
+    assert r.read(5) == DATA[1000:1005] and store.opens[-1][0] == 1000 and ends[-1] == 2000
+    assert r.seek(2001) == 2001 and r.read(3) == DATA[2001:2004]  # past the page: asked there
+    assert store.opens[-1][0] == 2001 and ends[-1] == 3001 and len(store.opens) == 3
+    r.page = None
+    assert r.seek(5000) == 5000 and r.read() == DATA[5000:] and ends[-1] is None
+
+    def unbounded(offset: int, version: str | None, end: int | None = None) -> Opened:
+        ends.append(end)
+        opened = store.open(offset, version, end)
+        return Opened(opened.body, opened.size, opened.version, bounded=False)
+
+    ends.clear()
+    r = RangeReader(URL, unbounded)
+    r.page = 1000
+    assert r.read() == DATA and ends == [1000]  # one request: the body ran on
+
+
 def test_seek_from_the_end_learns_the_size_first() -> None:
     store = Store()
     r, _ = reader(store)

@@ -39,12 +39,25 @@ log = logging.getLogger(__name__)
 BUFFER = 1 << 20
 LOCAL_BUFFER = 1 << 20
 SEEK_BY_READING = 4 << 20  # forward seeks up to this are read through; longer ones re-open
+# The piece a reader that walks a tar's headers asks for at each (``RangeReader.page``): a
+# member's headers (pax ones too), the small members after it and the next sample's headers.
+# 8 KB: one request a sample on upstream webdataset's jpg/cls/txt samples; 4 KB took 1.5x the
+# requests, 16 KB fetched 0.8% more of the data.
+HEADER_PAGE = 8 << 10
 
 
 class RangeReader(io.RawIOBase):
     """A read-only, forward-seekable raw stream over ``opener`` that survives dropped connections.
 
     ``stats`` (optional dict) counts ``requests``, ``retries`` and ``bytes``.
+
+    ``page`` (settable at any time; None by default): bytes asked for per request from the next
+    request on, where the store honours ranges. A reader skipping samples by their headers asks
+    for a few KB at each header instead of streaming the member data it skips, and one whose
+    last sample ends at an unknown byte asks for pieces, so that at most a piece is fetched
+    past it (an open-ended GET left part read is filled by the server up to the socket
+    buffers: ~4 MB on loopback). A forward seek inside the piece asked for reads through; past
+    it, the next piece starts at the target.
     """
 
     def __init__(
@@ -69,6 +82,10 @@ class RangeReader(io.RawIOBase):
         self._version: str | None = None
         self._body: Body | None = None
         self._pos = 0
+        self.page: int | None = None
+        self._end: int | None = None  # where the open request's body ends (None: it runs on)
+        self._paged = True  # the store's bodies stop where asked (pieces are possible)
+        self._rereads = False  # a new request reads the object from byte 0 again
         self._sleep = sleep
         self.stats = stats if stats is not None else {}
 
@@ -101,16 +118,24 @@ class RangeReader(io.RawIOBase):
             raise ValueError(f"negative seek position {target}")
         if target == self._pos:
             return target
-        if self._body is not None and 0 < target - self._pos <= SEEK_BY_READING:
+        if self._body is not None and target > self._pos and self._reads_through(target):
             sink = bytearray(min(BUFFER, target - self._pos))
             while self._pos < target:
                 n = self.readinto(memoryview(sink)[: min(len(sink), target - self._pos)])
                 if not n:
                     break
             return self._pos
-        self._drop_body()
+        self._drop_body(done=True)
         self._pos = target
         return target
+
+    def _reads_through(self, target: int) -> bool:
+        """Is a forward seek to ``target`` cheaper read through the open body than opened anew?"""
+        if self._rereads:
+            return True  # a new request would read the object again from byte 0
+        if self._end is not None:
+            return target <= self._end  # inside what was asked for: those bytes come anyway
+        return target - self._pos <= SEEK_BY_READING
 
     def readinto(self, b: Any) -> int:
         want = len(b)
@@ -125,9 +150,13 @@ class RangeReader(io.RawIOBase):
         quiet_since, waited = time.monotonic(), 0.0
         while True:
             try:
+                if self._end is not None and self._pos >= self._end:
+                    self._drop_body(done=True)  # a piece read to its end: the next one
                 self._ensure_open()
                 assert self._body is not None
-                data = self._body.read(want)
+                data = self._body.read(
+                    want if self._end is None else min(want, self._end - self._pos)
+                )
                 end = (
                     self._size
                     if self._limit is None or self._size is None
@@ -176,17 +205,23 @@ class RangeReader(io.RawIOBase):
                 self._sleep(delay)
 
     def close(self) -> None:
-        self._drop_body()
+        self._drop_body(done=True)
         super().close()
 
     # internals ----------------------------------------------------------------------------
     def _ensure_open(self) -> None:
         if self._body is not None:
             return
-        opened = self._opener(self._pos, self._version, self._limit)
+        end = self._limit
+        if self.page is not None and self._paged:
+            end = self._pos + self.page if end is None else min(end, self._pos + self.page)
+        opened = self._opener(self._pos, self._version, end)
         self.stats["requests"] = self.stats.get("requests", 0) + 1
         counters.count("requests")
         self._body = opened.body
+        self._end = end if opened.bounded and end != self._limit else None
+        self._paged = self._paged and opened.bounded
+        self._rereads = self._rereads or opened.rereads
         if self._version is None:
             self._version = opened.version
         if opened.size is not None:
@@ -206,12 +241,26 @@ class RangeReader(io.RawIOBase):
                 )
             self._size = opened.size
 
-    def _drop_body(self) -> None:
-        body, self._body = self._body, None
+    def _drop_body(self, done: bool = False) -> None:
+        """Let the open body go: ``done``, nothing went wrong (a body that can ``finish`` reads
+        out a short rest and keeps its connection); else it is closed, its connection with it."""
+        body, self._body, self._end = self._body, None, None
         if body is not None:
             # a broken connection may fail to close; it is dropped anyway
             with contextlib.suppress(Exception):
-                body.close()
+                finish = getattr(body, "finish", None) if done else None
+                (finish or body.close)()
+
+
+def set_page(f: Any, page: int | None) -> bool:
+    """Ask a shard opened by :func:`open_shard` for ``page`` bytes per request from its next
+    request on (None: up to its limit or its end; see :class:`RangeReader`). False where ``f``
+    is no remote reader (a local file, a cache entry): nothing to ask."""
+    raw = getattr(f, "raw", None)
+    if not isinstance(raw, RangeReader):
+        return False
+    raw.page = page
+    return True
 
 
 # --- openers ------------------------------------------------------------------------------
@@ -275,7 +324,7 @@ def fsspec_opener(url: str, storage_options: dict[str, Any] | None) -> Opener:
         size = getattr(f, "size", None)
         if offset:
             f.seek(offset)
-        return Opened(f, size, None)
+        return Opened(f, size, None, bounded=False)  # each open reads a block of its own
 
     return open_at
 
