@@ -35,12 +35,22 @@ from loaders.plan.interleave import sources_in_order
 from loaders.source import DatasetIndex, ShardAccess
 from wdstool.base import counters
 from wdstool.base.errors import ShardError, StorageError, WdsToolError
+from wdstool.base.remote import HEADER_PAGE, set_page
 from wdstool.format.images import IMAGE_EXTENSIONS
 from wdstool.format.mapped import MappedMember, map_shard
 from wdstool.format.shard_formats import TAR, Sample, SampleReader, format_for
 
 log = logging.getLogger(__name__)
 KEPT_EXTENSIONS = frozenset(IMAGE_EXTENSIONS | {"cls"})  # what the default schema reads
+# Where no index says where a slice's samples lie in a remote shard: one that starts inside it
+# walks the headers before its first sample, a HEADER_PAGE at each, instead of reading that
+# part of the shard a second time (the worker before it reads it for its own samples); one that
+# ends inside it asks for PIECE bytes at a time, so that at most a piece is fetched past its
+# last sample (an open-ended GET is filled by the server up to the socket buffers, ~4 MB on
+# loopback). timm's _info.json, 8 shards of 60 samples, 2 workers: one epoch fetched 1.24x the
+# data before, 1.016-1.023x now in ~77 requests (256 KB pieces: 1.011-1.014x in ~88; 1 MB:
+# 1.016-1.033x in ~71).
+PIECE = 512 << 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +154,9 @@ def read_slices(
             else None
         )
 
+    def unknown_end(s: Slice) -> bool:
+        return s.stop < index.sizes[s.shard] and index.offset_of(s.shard, s.stop) is None
+
     def open_slice(s: Slice) -> Any:
         i = s.shard
         # a slice ending inside the shard: nothing past its last sample is asked for
@@ -152,6 +165,10 @@ def read_slices(
         at = start_of(s)
         if at is not None and f.seekable():  # before any byte is read (or asked for)
             f.seek(at)
+        elif s.start and format_for(index.urls[i]) is TAR:  # found by the headers before it
+            set_page(f, HEADER_PAGE)
+        elif unknown_end(s):
+            set_page(f, PIECE)
         return f
 
     ahead = _OpenAhead(open_slice)
@@ -182,6 +199,7 @@ def read_slices(
                     )
                     if s.start and at is None:
                         reader.skip(s.start)
+                        set_page(f, PIECE if unknown_end(s) else None)
                     begin = reader.offset  # the slice's samples' bytes are counted from here
                     it = iter(reader)
                     for i in range(len(s)):

@@ -100,7 +100,8 @@ def test_web_bytes_requests_retries_and_the_cache(photos: Path, tmp_path: Path) 
     with WebServer(photos.parent) as probe:  # the requests make_loader itself makes
         loader(f"{probe.url}/{photos.name}")
         setup = len(probe.requests)
-    with WebServer(photos.parent, faults=["ok"] * setup + ["drop:5000"]) as srv:
+    # cut inside the first header: needed whether it is a whole shard or a header walk's piece
+    with WebServer(photos.parent, faults=["ok"] * setup + ["drop:500"]) as srv:
         url = f"{srv.url}/{photos.name}"
         plain = loader(url)
         assert len(srv.requests) == setup
@@ -108,19 +109,22 @@ def test_web_bytes_requests_retries_and_the_cache(photos: Path, tmp_path: Path) 
         e = plain.stats().epoch_so_far
         assert data - 4 * 10240 <= e.network_bytes <= srv.total_sent(".tar")
         assert data - 4 * 10240 <= e.bytes_read <= data
-        # the server's own count: a GET per slice of a shard (5 here: one shard is read in two
-        # slices, its end first and its start at the epoch's end) and the retry
-        assert e.requests == len(srv.requests) - setup >= 4 + 1
+        # the server's own count: a GET per slice of a shard (5 slices here: one shard is read
+        # in two, its end first and its start at the epoch's end; the index has no offsets, so
+        # the first walks its headers, a request each, and the second asks for pieces) and the
+        # retry
+        slices = 5
+        assert e.requests == len(srv.requests) - setup >= slices + 1
         assert e.retries == 1  # the dropped one, resumed at its byte
         cached = loader(url, cache_dir=tmp_path)
         _timed_epoch(cached, 0)
         first = cached.stats().epoch_so_far
         # each shard fetched once; the shard read in two slices is a hit the second time
-        assert (first.cache_misses, first.cache_hits) == (4, e.requests - 1 - 4)
+        assert (first.cache_misses, first.cache_hits) == (4, slices - 4)
         asked = len(srv.requests)
         _timed_epoch(cached, 1)
         second = cached.stats().epoch_so_far
-        assert (second.cache_misses, second.cache_hits) == (0, e.requests - 1)
+        assert (second.cache_misses, second.cache_hits) == (0, slices)
         assert second.network_bytes == second.requests == 0 and len(srv.requests) == asked
 
 
