@@ -27,6 +27,7 @@ from loaders.recipe.schedule import SizeArg
 from loaders.schema import FieldsFn, Pad, as_pads
 from loaders.source import ShardAccess
 from loaders.topology import cores_per_rank, detect_topology, local_world_size
+from wdstool.base import counters
 from wdstool.base.errors import ConfigError
 from wdstool.base.params import parse_size
 from wdstool.base.retry import DEFAULT_RETRY, RetryPolicy
@@ -214,6 +215,7 @@ def make_loader(
         retry=retry or DEFAULT_RETRY,
     )
     topology = replace(detect_topology(rank, world_size), num_workers=workers.num_workers)
+    counters.forget(events=True)  # from here: what making this loader fetches (stats().setup)
     sources, with_source = loader_sources(
         source,
         label=label,
@@ -222,6 +224,7 @@ def make_loader(
         access=access,
         skip_damaged=batch.on_error == "skip",
     )
+    fetched = counters.take()
     if clips is not None:
         sources = [replace(s, schema=replace(s.schema, videos=True)) for s in sources]
         if clips.clips_per_video > 1 and epoch_size is None:  # every video, once per clip
@@ -246,6 +249,8 @@ def make_loader(
         )
     log.info("loader: %s", dataset.describe())
     loader = StreamingLoader.start(dataset, detected=rank is None)
+    if loader.meter is not None:
+        loader.meter.made(fetched)
     if stats:  # the verdict in the log (INFO, rank 0) every LOG_EVERY steps and at epoch ends
         loader.watch(LogExporter(every=LOG_EVERY))
     if auto is not None:

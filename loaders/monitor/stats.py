@@ -186,6 +186,9 @@ class LoaderStats:
     recent: Window
     memory: Memory
     all_epochs: Window = field(default_factory=Window)  # since the loader was made
+    # what making the loader fetched (index files looked for, 404s included; the header scan
+    # of shards no index counts): storage counters only; also counted in ``all_epochs``
+    setup: Window = field(default_factory=Window)
     autotune: str = ""  # the autotuner's last decision, in words ("" without autotuning)
 
     def as_dict(self) -> dict[str, Any]:
@@ -214,6 +217,8 @@ class LoaderStats:
             "cache_misses": e.cache_misses,
             "cache_evictions": e.cache_evictions,
             "samples_replaced": e.samples_replaced,
+            "setup_network_bytes": self.setup.network_bytes,
+            "setup_requests": self.setup.requests,
             "memory_pss_bytes": m.pss,
             "memory_rss_bytes": m.rss,
             "host_memory_used_bytes": m.host_used,
@@ -233,6 +238,15 @@ class Meter:
         self._got_at = 0.0
         self.base = float("inf")  # the cheapest wait for a batch that was ready: the hand-over
         self._first = True
+        self.setup = _Sums()
+
+    def made(self, events: dict[str, float]) -> None:
+        """What making the loader fetched (``wdstool.base.counters`` events: the index looked
+        for, the scan): its own window, and counted once in the all-epochs one."""
+        for sums in (self.setup, self.total):
+            for k in EVENTS:
+                if events.get(k):
+                    sums.worker[k] = sums.worker.get(k, 0.0) + events[k]
 
     def new_epoch(self) -> None:
         self.epoch = _Sums()
@@ -303,6 +317,7 @@ class Meter:
             epoch_so_far=epoch,
             recent=recent,
             all_epochs=Window.of(self.total),
+            setup=Window.of(self.setup),
             memory=Memory() if pids is None else tree_memory(pids),
             **settings,
         )

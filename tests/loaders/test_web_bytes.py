@@ -1,0 +1,147 @@
+"""What a loader fetches from a web server, counted by the server itself (tests/webserver.py on
+127.0.0.1, shards written by upstream webdataset): a worker whose share starts inside a shard
+that no index gives offsets for reads on from its first sample (the bytes before it are the
+previous worker's, fetched once), a server that ignores Range sends each shard once per reader
+of it and sees no connection reset, and the header scan fetches headers, not the data, and is
+counted in ``stats()``."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import webdataset as wds
+
+from loaders import RetryPolicy, make_loader
+from tests.conftest import noise_image
+from tests.webserver import WebServer
+
+pytestmark = pytest.mark.slow
+FAST = RetryPolicy(base_delay=0.02, max_delay=0.2, patience=20.0, read_timeout=5.0)
+SHARDS, PER_SHARD = 8, 40  # ~110 KB samples: 4.4 MB shards, 35 MB in all
+
+
+def _jpegs(n: int, size: tuple[int, int]) -> list[bytes]:
+    out = []
+    for i in range(n):
+        buf = io.BytesIO()
+        noise_image(*size, seed=i).save(buf, "JPEG", quality=90)
+        out.append(buf.getvalue())
+    return out
+
+
+def _write(root: Path, shards: int, per: int, *, size=(512, 384), big: int = 0) -> int:
+    """``shards`` shards of ``per`` samples (jpg, cls, a caption on two in three; with ``big``,
+    the third sample of each shard has a ``.bin`` of that many bytes, which the loader skips)
+    and timm's ``_info.json`` beside them; the shards' bytes."""
+    root.mkdir(parents=True, exist_ok=True)
+    jpegs = _jpegs(per, size)
+    for s in range(shards):
+        with wds.TarWriter(str(root / f"part-{s:06d}.tar")) as sink:
+            for i in range(per):
+                n = s * per + i
+                sample = {"__key__": f"{n:07d}", "jpg": jpegs[i], "cls": str(n % 5).encode()}
+                if n % 3:
+                    sample["txt"] = f"a photo number {n}".encode()
+                if big and i == 2:
+                    sample["bin"] = bytes(big)
+                sink.write(sample)
+    names = sorted(p.name for p in root.glob("part-*.tar"))
+    split = {"name": "train", "num_samples": shards * per, "filenames": names}
+    split["shard_lengths"] = [per] * shards
+    (root / "_info.json").write_text(json.dumps({"splits": {"train": split}}))
+    return sum(p.stat().st_size for p in root.glob("part-*.tar"))
+
+
+def _pattern(shards: int) -> str:
+    return f"part-{{000000..{shards - 1:06d}}}.tar"
+
+
+def _epoch(loader, epoch: int) -> list[str]:
+    loader.set_epoch(epoch)
+    return [k for b in loader for k in b["keys"]]
+
+
+def _loader(source: str, **kw):
+    return make_loader(source, 8, image_size=24, seed=1, retry=FAST, **kw)
+
+
+@pytest.fixture(scope="module")
+def timm_shards(tmp_path_factory) -> tuple[Path, int]:
+    root = tmp_path_factory.mktemp("timm-web")
+    return root, _write(root, SHARDS, PER_SHARD)
+
+
+def test_a_worker_starting_inside_a_shard_fetches_no_byte_before_its_first_sample(
+    timm_shards: tuple[Path, int],
+) -> None:
+    """timm's _info.json counts the shards but says nothing of where samples lie: each epoch's
+    rotation and the cut between the 2 workers start a worker's share inside a shard. It walks
+    the headers before its first sample (a few KB each) rather than reading that part of the
+    shard, which the worker before it reads too; the one whose share ends inside a shard asks
+    for it in pieces. One epoch fetched 1.25x the data before, and cut 2 connections; now
+    1.014-1.038x over 4 epochs."""
+    root, data = timm_shards
+    with WebServer(root) as srv:
+        loader = _loader(f"{srv.url}/{_pattern(SHARDS)}", num_workers=2)
+        for epoch in (0, 1):
+            before, resets = srv.total_sent(".tar"), srv.resets
+            keys = _epoch(loader, epoch)
+            assert sorted(keys) == [f"{n:07d}" for n in range(SHARDS * PER_SHARD)]
+            fetched = srv.total_sent(".tar") - before
+            assert fetched <= 1.05 * data, (epoch, fetched / data)
+            assert srv.resets == resets, epoch  # every response read to its end
+
+
+def test_a_server_without_range_sends_each_shard_once_to_each_reader(tmp_path: Path) -> None:
+    """Python's http.server ignores Range: a shard is one stream from byte 0. A member passed
+    over (5 MB, more than a reader seeks past by reading) does not open the shard again (which
+    fetched it again from byte 0), and a reader whose share ends inside a shard reads out the
+    rest of the body rather than cut the connection (the server logged a reset per epoch). So
+    one GET per shard and reader: a shard split between two readers is fetched by both."""
+    shards = 4
+    _write(tmp_path, shards, 8, size=(96, 64), big=5 << 20)
+    with WebServer(tmp_path, ranges=False) as srv:
+        for workers in (0, 2):
+            loader = _loader(f"{srv.url}/{_pattern(shards)}", num_workers=workers)
+            for epoch in (0, 1):
+                before, resets = len(srv.requests), srv.resets
+                assert len(_epoch(loader, epoch)) == shards * 8
+                gets = Counter(p for m, p, _r in srv.requests[before:] if p.endswith(".tar"))
+                # a reader per worker (one stream without workers), each ending inside a shard
+                # at most once: at most one more GET per reader than there are shards
+                assert sum(gets.values()) <= shards + max(1, workers), (workers, epoch, gets)
+                assert max(gets.values()) <= 2, (workers, epoch, gets)
+                assert srv.resets == resets, (workers, epoch)
+
+
+def test_the_header_scan_fetches_headers_and_stats_count_it(
+    timm_shards: tuple[Path, int], tmp_path: Path
+) -> None:
+    """No index: make_loader scans the shards' headers, asking for each header and the few KB
+    after it (the whole data set was fetched before: the scan and then each epoch read every
+    byte), and what it fetched (the index files looked for, 404s included) is in
+    ``stats().setup`` and in the all-epochs counters."""
+    root, data = timm_shards
+    served = tmp_path / "no-index"
+    served.mkdir()
+    for p in root.glob("part-*.tar"):
+        shutil.copyfile(p, served / p.name)
+    with WebServer(served) as srv:
+        before = len(srv.requests)
+        loader = _loader(f"{srv.url}/{_pattern(SHARDS)}", num_workers=2)
+        asked = srv.requests[before:]
+        scanned = srv.total_sent(".tar")
+        assert scanned <= 0.15 * data, scanned / data
+        setup = loader.stats(memory=False).setup
+        assert [p for _m, p, _r in asked[:3]] == ["/index.json", "/_info.json", "/info.json"]
+        assert setup.requests == len(asked)
+        assert setup.network_bytes == scanned
+        assert 0 < setup.network_bytes == loader.stats(memory=False).all_epochs.network_bytes
+        sent = srv.total_sent(".tar")
+        _epoch(loader, 0)
+        assert srv.total_sent(".tar") - sent <= 1.01 * data  # offsets known: each byte once
