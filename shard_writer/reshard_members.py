@@ -58,7 +58,7 @@ def refusal(mixed: str) -> str:
     return (
         f"the SRCs carry different members: {mixed}; merged, some samples would lack them (a "
         "loader reading label='cls' fails at the first sample without .cls); pass "
-        "allow_mixed_members=True (--allow-mixed-members) to merge them anyway, or leave a SRC out"
+        "allow_mixed_members=True to merge them anyway, or leave a SRC out"
     )
 
 
