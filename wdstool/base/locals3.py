@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 from typing import Any
@@ -26,12 +27,13 @@ SECRET_KEY = "testing"  # moto accepts any credentials; these are not secrets
 REGION = "us-east-1"
 
 
-def _child() -> None:
-    """Run the server; report its port on stdout; stop when stdin closes (the parent left)."""
+def _child(detached: bool = False) -> None:
+    """Run the server; report its port on stdout; stop when stdin closes (the parent left),
+    or, ``detached``, at SIGTERM or SIGINT."""
     try:
         from moto.server import ThreadedMotoServer
     except ImportError as exc:  # pragma: no cover - depends on the installed extras
-        print(f"ERROR moto is not installed ({exc}); pip install 'wdstool[dev]'", flush=True)
+        print(f"ERROR moto is not installed ({exc}); pip install -e '.[dev]'", flush=True)
         return
     import logging
 
@@ -39,18 +41,26 @@ def _child() -> None:
     server = ThreadedMotoServer(ip_address=HOST, port=0, verbose=False)
     server.start()
     print(f"PORT {server.get_host_and_port()[1]}", flush=True)
-    sys.stdin.read()  # EOF when the parent closes the pipe or dies
+    if detached:  # until killed: `kill $WDSTOOL_LOCAL_S3_PID`
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (the parent's pipe is gone)
+        stop = {signal.SIGTERM, signal.SIGINT}
+        signal.pthread_sigmask(signal.SIG_BLOCK, stop)  # sigwait takes them, not their action
+        signal.sigwait(stop)
+    else:
+        sys.stdin.read()  # EOF when the parent closes the pipe or dies
     server.stop()
 
 
 class LocalS3:
     """moto's S3 server in a child process on 127.0.0.1, any free port."""
 
-    def __init__(self, env: dict[str, str] | None = None) -> None:
+    def __init__(self, env: dict[str, str] | None = None, *, detached: bool = False) -> None:
         """``env``: extra environment for the server, e.g. ``INITIAL_NO_AUTH_ACTION_COUNT=0``
-        to make moto check credentials and IAM policies."""
+        to make moto check credentials and IAM policies. ``detached``: the server outlives this
+        process (its own session) and runs until killed (:attr:`pid`)."""
         self.port: int | None = None
         self._env = env
+        self._detached = detached
         self._proc: subprocess.Popen[str] | None = None
 
     @property
@@ -86,11 +96,14 @@ class LocalS3:
 
     def start(self) -> LocalS3:
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "wdstool.base.locals3", "--child"],
-            stdin=subprocess.PIPE,
+            [sys.executable, "-m", "wdstool.base.locals3", "--child"]
+            + (["--detached"] if self._detached else []),
+            stdin=subprocess.DEVNULL if self._detached else subprocess.PIPE,
             stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL if self._detached else None,
             text=True,
             env={**os.environ, **(self._env or {})},
+            start_new_session=self._detached,
         )
         assert self._proc.stdout is not None
         line = self._proc.stdout.readline().strip()
@@ -135,10 +148,30 @@ class LocalS3:
 
 
 def main() -> None:  # pragma: no cover - interactive helper
-    if sys.argv[1:] == ["--child"]:
-        _child()
+    """``python -m wdstool.base.locals3 [--bucket NAME ...] [--detach]``: a server in the
+    foreground until Ctrl-C, or, with ``--detach``, in the background, printing the ``export``
+    lines to use it (``eval "$(python -m wdstool.base.locals3 --detach --bucket b)"``) and the
+    server's pid as ``WDSTOOL_LOCAL_S3_PID`` (``kill $WDSTOOL_LOCAL_S3_PID`` stops it)."""
+    import argparse
+
+    if sys.argv[1:2] == ["--child"]:
+        _child(detached="--detached" in sys.argv[2:])
         return
-    with LocalS3() as s3:
+    parser = argparse.ArgumentParser(prog="python -m wdstool.base.locals3")
+    parser.add_argument("--bucket", action="append", default=[], help="create this bucket")
+    parser.add_argument("--detach", action="store_true", help="run in the background")
+    args = parser.parse_args()
+    s3 = LocalS3(detached=args.detach).start()
+    for name in args.bucket:
+        s3.make_bucket(name)
+    if args.detach:
+        print(
+            f"# a local S3 server (moto) at {s3.endpoint_url}; kill $WDSTOOL_LOCAL_S3_PID stops it"
+        )
+        for k, v in {**s3.env, "WDSTOOL_LOCAL_S3_PID": str(s3.pid)}.items():
+            print(f"export {k}={v}")
+        return
+    with s3:
         print(f"local S3 server at {s3.endpoint_url} (Ctrl-C stops it)", flush=True)
         for k, v in s3.env.items():
             print(f"export {k}={v}")
