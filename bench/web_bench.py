@@ -17,6 +17,17 @@ Range and ETag) and counts every body byte it sends. Measured, each in fresh pro
 4. ``speed``: samples/s over HTTP against the same shards on local disk, interleaved rounds;
 5. ``outage``: the server killed for 5 s three times during an epoch: the epoch against an
    uninterrupted one (same keys, same order), samples replaced.
+
+    python bench/web_bench.py bytes [DATA] [--epochs 2] [--out bench/results/web-bytes]
+
+measures only what each epoch fetches (issue 43), 1 rank x 2 workers, each case in a fresh
+process: timm's ``_info.json`` (no sample offsets) on 8 shards of 60 samples and on 200 of 50,
+and no index on 8 of 60 (a header scan), served by tests/webserver.py (Range, ETag; it counts
+the bytes it sends and the connections a client cuts); and 4 shards of 60 served by
+``python -m http.server`` (no Range), with no index
+(a header scan at make_loader) and with ``_info.json``: GETs per shard and connection resets
+(``ConnectionResetError``/``BrokenPipeError`` in its log) per epoch, and what ``stats().setup``
+counted for make_loader.
 """
 
 from __future__ import annotations
@@ -39,19 +50,20 @@ sys.path.insert(0, str(REPO))
 PER_SHARD = 50
 
 
-def write_foreign(data: Path, shards: int) -> Path:
-    """DATA/foreign: ``shards`` shards of PER_SHARD samples by upstream webdataset (once)."""
+def write_foreign(data: Path, shards: int, per: int = PER_SHARD) -> Path:
+    """DATA/foreign (DATA/foreign-SHARDSxPER for other than PER_SHARD samples a shard):
+    ``shards`` shards of ``per`` samples by upstream webdataset (once)."""
     import webdataset as wds
 
-    out = data / "foreign"
+    out = data / ("foreign" if per == PER_SHARD else f"foreign-{shards}x{per}")
     if out.exists() and len(list(out.glob("*.tar"))) == shards:
         return out
     out.mkdir(parents=True, exist_ok=True)
-    images = sorted((data / "images").rglob("*.jpg"))[: shards * PER_SHARD]
+    images = sorted((data / "images").rglob("*.jpg"))[: shards * per]
     classes = sorted({p.parent.name for p in images})
     for s in range(shards):
         with wds.TarWriter(str(out / f"part-{s:06d}.tar")) as sink:
-            for n in range(s * PER_SHARD, (s + 1) * PER_SHARD):
+            for n in range(s * per, (s + 1) * per):
                 p = images[n]
                 sample = {"__key__": f"{n:07d}", "jpg": p.read_bytes()}
                 sample["cls"] = str(classes.index(p.parent.name)).encode()
@@ -63,6 +75,18 @@ def write_foreign(data: Path, shards: int) -> Path:
 
 def pattern(shards: int) -> str:
     return f"part-{{000000..{shards - 1:06d}}}.tar"
+
+
+def write_info(folder: Path) -> None:
+    """timm's _info.json beside the shards of ``folder``: counts, no sample offsets."""
+    import tarfile
+
+    names = sorted(f.name for f in folder.glob("part-*.tar"))
+    with tarfile.open(folder / names[0]) as t:  # every shard holds as many samples
+        per = len({m.name.split(".", 1)[0] for m in t.getmembers() if m.isfile()})
+    info = {"splits": {"train": {"name": "train", "num_samples": len(names) * per,
+                                 "filenames": names, "shard_lengths": [per] * len(names)}}}  # fmt: skip
+    (folder / "_info.json").write_text(json.dumps(info))
 
 
 def _epochs(
@@ -187,11 +211,7 @@ def main() -> None:
         )
         for name, source in (("index", str(index)), ("info", None)):
             if source is None:  # timm's _info.json beside the shards
-                names = sorted(f.name for f in foreign.glob("*.tar"))
-                info = {"splits": {"train": {"name": "train", "num_samples": len(names) * PER_SHARD,
-                                             "filenames": names,
-                                             "shard_lengths": [PER_SHARD] * len(names)}}}  # fmt: skip
-                (foreign / "_info.json").write_text(json.dumps(info))
+                write_info(foreign)
                 source = f"{srv.url}/{pat}"
             steps = _spawn(["epochs", srv.url, source, "2"])
             (foreign / "_info.json").unlink(missing_ok=True)
@@ -302,5 +322,9 @@ if __name__ == "__main__":
         run_job()
     elif sys.argv[1:2] == ["epochs"]:
         run_epochs()
+    elif sys.argv[1:2] in (["bytes"], ["bytes-case"]):
+        from web_bytes import bytes_case, bytes_main
+
+        bytes_case() if sys.argv[1] == "bytes-case" else bytes_main(sys.argv[2:])
     else:
         main()
