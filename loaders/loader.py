@@ -192,6 +192,7 @@ class StreamingLoader(Watching):
         self._recycle(-1, [])  # batches of the last pass dropped since
         expected = self.dataset.remaining_batches()
         budget = self._budget()
+        self.dataset.ensure_pool()  # before iter() starts (or keeps) the workers
         it = self._live = iter(self.dataloader)
         ready = ready_probe(it, self.dataloader, self.config.workers)
         try:

@@ -82,7 +82,7 @@ def _align(n: int) -> int:
 
 class SharedPool:
     """Batch slots in shared memory, allocated by the main process before the workers start
-    (pages are only touched when first written), so workers inherit them: a batch then
+    (resident at once: torch touches every page of a shared storage), so workers inherit them: a batch then
     crosses to the main process as a few integers (:class:`Pooled`) instead of a tensor whose
     file descriptor is passed over a socket, with an authentication handshake, for every batch
     (that cost ~5% of a worker's time here). ``flags``: one byte per slot (see the module)."""

@@ -109,10 +109,10 @@ def test_the_training_process_generators_are_left_alone(uneven_dataset: Path) ->
 
 def test_a_fused_recipe_uses_the_buffer_pool(uneven_dataset: Path) -> None:
     loader = _loader(uneven_dataset, num_workers=2)
-    assert loader.dataset._shared_pool is not None
     assert loader.recipe.fused and loader.recipe.size == (24, 24)
     for _ in range(2):
         _epoch(loader)
+    assert loader.dataset._shared_pool is not None
     assert loader.buffers_returned > 0
 
 
