@@ -14,6 +14,7 @@ were never delivered (a ``break`` out of the loop, a validation loop cut short).
 from __future__ import annotations
 
 import uuid
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,7 +140,10 @@ class SharedPool:
         self.flags[slot] = FREE
 
 
-_POOLS: dict[str, SharedPool] = {}
+# key -> pool, for Pooled.resolve in the main process (and in a spawned worker). Weak: the
+# dataset owns its pool, and a registry that kept every pool kept each loader's slots (shared
+# memory, resident) for the life of the process (15 GB in one make-test worker).
+_POOLS: weakref.WeakValueDictionary[str, SharedPool] = weakref.WeakValueDictionary()
 
 
 @dataclass(frozen=True)
