@@ -56,7 +56,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # 288 training images: one batch of 256 with drop_last, as several guides ask for
     make_tree(w / "images" / "train", {"cat": 96, "dog": 96, "fox": 96}, seed=1)
     make_tree(w / "images" / "val", {"cat": 6, "dog": 6, "fox": 6}, seed=2)
-    make_tree(w / "images" / "demo", {"cat": 64, "dog": 64}, seed=4)  # 2 ranks x 64
+    make_tree(w / "images" / "demo", {"cat": 32, "dog": 32}, seed=4)  # one batch of 64
     run_cli("pack", str(w / "images/train"), str(w / "data/shards"), "--max-count", "96", "-q")
     run_cli("pack", str(w / "images/train"), str(w / "data/train"), "-q")  # as interop.md packs it
     run_cli("pack", str(w / "images/val"), str(w / "data/val"), "--max-count", "9", "-q")
