@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import os
@@ -122,16 +123,22 @@ def test_every_block_of_the_page_runs(
     monkeypatch.chdir(cwd)
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
     ns = Namespace(__name__="__snippet__")
-    for block in runnable:
-        if block.lang == "bash" or block.as_file:
-            _run_shell(block, cwd, env)
-            continue
-        unknown = unknown_names(block)
-        assert not unknown, f"{block.where}: reads {sorted(unknown)}, defined nowhere before it"
-        try:
-            exec(compile(block.code, block.where, "exec"), ns)
-        except Exception as exc:
-            raise AssertionError(f"{block.where}: {type(exc).__name__}: {exc}") from exc
+    try:
+        for block in runnable:
+            if block.lang == "bash" or block.as_file:
+                _run_shell(block, cwd, env)
+                continue
+            unknown = unknown_names(block)
+            assert not unknown, f"{block.where}: reads {sorted(unknown)}, defined nowhere before it"
+            try:
+                exec(compile(block.code, block.where, "exec"), ns)
+            except Exception as exc:
+                raise AssertionError(f"{block.where}: {type(exc).__name__}: {exc}") from exc
+    finally:
+        # the page's loaders go now, with their workers: a worker forked later (the next
+        # page's) would inherit their batch slots' shared memory and keep it alive
+        ns.clear()
+        gc.collect()
 
 
 def test_every_skip_says_why() -> None:
