@@ -162,7 +162,8 @@ def _ceiling_worker(
         if recipe.size is None
         else new_batch(1, recipe.size, False, torch.uint8, channels_last)[0]
     )
-    barrier.wait()
+    if barrier is not None:
+        barrier.wait()
     t = time.perf_counter()
     for data in images:
         out = recipe(data, rng, seeder, slot, partial=partial, scaled=scaled)
@@ -211,7 +212,9 @@ def ceiling(
             break
     n = max(1, processes)
     ctx = mp.get_context("spawn")
-    barrier = ctx.Manager().Barrier(n)
+    # the processes start timing together; one process needs no barrier (a Manager is one more
+    # spawned interpreter, ~3.5 s of CPU importing torch here)
+    barrier = ctx.Manager().Barrier(n) if n > 1 else None
     as_float = output == "float"
     parts = [
         (images[i::n], recipe, as_float, partial, channels_last, scaled_decode, i, barrier)
