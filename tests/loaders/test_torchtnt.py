@@ -14,9 +14,7 @@ import pytest
 
 from tests.loaders.jobs import check_runs, run_job
 
-pytest.importorskip(
-    "torchtnt", reason="torchtnt is not installed (pip install -e '.[torchtnt]')"
-)
+pytest.importorskip("torchtnt", reason="torchtnt is not installed (pip install -e '.[torchtnt]')")
 pytestmark = pytest.mark.slow
 
 
