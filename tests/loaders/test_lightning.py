@@ -10,6 +10,7 @@ checkpoints every 2 steps and dies right after the checkpoint of step 2 of a 4-b
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -23,8 +24,15 @@ from tests.conftest import REPO
 from tests.loaders.conftest import shard_keys
 from tests.loaders.test_torchrun import free_port, torchrun_env
 
-pytest.importorskip("lightning")
-pytestmark = pytest.mark.slow
+# the jobs import Lightning in their own processes: found, not imported here (importing it in
+# every make-test worker at collection cost ~4 s of CPU each)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        importlib.util.find_spec("lightning") is None,
+        reason="Lightning is not installed (pip install -e '.[lightning]')",
+    ),
+]
 
 JOB = REPO / "tests" / "loaders" / "lightning_job.py"
 BATCH, SIZE, WORKERS, EPOCHS = 15, 16, 1, 2  # 120 samples / 2 ranks / 15 = 4 batches per epoch
