@@ -95,11 +95,11 @@ def blocks(page: Path) -> list[Block]:
     return found
 
 
-def free_names(code: str) -> set[str]:
-    """Names a block reads at its top level that it never binds (what it needs from outside)."""
-    tree = ast.parse(code)
+def names(code: str) -> tuple[set[str], set[str]]:
+    """(names a block binds, names it reads): assignments, imports, definitions and arguments;
+    loads anywhere in it."""
     bound, read = set(), set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(code)):
         if isinstance(node, ast.Name):
             (bound if isinstance(node.ctx, ast.Store | ast.Del) else read).add(node.id)
         elif isinstance(node, ast.alias):
@@ -108,6 +108,12 @@ def free_names(code: str) -> set[str]:
             bound.add(node.name)
         elif isinstance(node, ast.arg):
             bound.add(node.arg)
+    return bound, read
+
+
+def free_names(code: str) -> set[str]:
+    """Names a block reads that it never binds (what it needs from outside)."""
+    bound, read = names(code)
     return read - bound
 
 
@@ -170,10 +176,6 @@ def _args(ns: dict[str, Any]) -> Any:
     return argparse.Namespace(data_dir="data/shards", batch_size=8, workers=2, model="tiny")
 
 
-def _ckpt_path(ns: dict[str, Any]) -> str:
-    return "ckpt"
-
-
 GIVEN: dict[str, tuple[str, Factory]] = {
     "epochs": ("how many epochs the script trains", lambda ns: 1),
     "device": ("the device batches go to", lambda ns: __import__("torch").device("cpu")),
@@ -234,19 +236,5 @@ def unknown_names(block: Block) -> set[str]:
         if b.line >= block.line:
             break
         if b.lang == "python" and b.skip_reason is None:
-            earlier |= _bound(b.code)
+            earlier |= names(b.code)[0]
     return free_names(block.code) - earlier - set(GIVEN) - set(dir(builtins))
-
-
-def _bound(code: str) -> set[str]:
-    tree = ast.parse(code)
-    return (
-        {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-        | {
-            (a.asname or a.name).split(".")[0]
-            for n in ast.walk(tree)
-            if isinstance(n, ast.alias)
-            for a in [n]
-        }
-        | {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef)}
-    )
