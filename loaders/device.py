@@ -6,7 +6,7 @@ bytes (one uint8 tensor and offsets: ~10x fewer bytes than uint8 pixels) with on
 geometry per sample (``geometry``: ``loaders.recipe.to_row``). :class:`DeviceDecoder` then
 decodes the whole batch at once on the GPU (``wdstool.format.decode.decode_jpegs``: nvJPEG
 through torchvision, or TorchCodec once torchvision's codecs are gone), crops, resizes
-(antialiased), flips and normalizes there (``loaders.recipe.render.apply``: torchvision's ops,
+(antialiased), flips and normalizes there (``loaders.recipe.region_decode.apply``: torchvision's ops,
 on the device). This moves the dominant CPU cost (JPEG decode, ~1.3 ms an ImageNet image on one
 core here) off the host, for machines with few cores per GPU. Only a geometric recipe can run
 this way (``make_loader`` refuses a pipeline with pixel ops after the crop).
@@ -29,7 +29,7 @@ import torch
 
 from loaders.recipe import Geometry, as_size, from_row
 from loaders.recipe.normalize import IMAGENET_MEAN, IMAGENET_STD, normalize
-from loaders.recipe.render import apply, render
+from loaders.recipe.region_decode import apply, render
 from wdstool.base.errors import ConfigError
 from wdstool.format.decode import decode_jpegs, decode_rgb
 from wdstool.format.images import is_jpeg

@@ -15,7 +15,7 @@ from loaders.bench.baselines import (
     imagefolder_loader,
     webdataset_loader,
 )
-from loaders.bench.config import BenchConfig
+from loaders.bench.bench_config import BenchConfig
 from loaders.bench.measure import RunResult, measure
 from loaders.bench.summary import summarize
 from loaders.bench.tokenize import Tokenize

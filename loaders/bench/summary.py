@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from loaders.bench.config import BenchConfig
+from loaders.bench.bench_config import BenchConfig
 from loaders.bench.measure import RunResult, recommend
 from loaders.bench.report import PIPELINES
 from wdstool.base.host import host_info

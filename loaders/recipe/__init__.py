@@ -1,5 +1,5 @@
 """Recipes: what turns a sample's encoded image into the tensors the model sees (DESIGN.md,
-"Recipes"): a geometric head the decoder executes (``geometry``, ``render``), a tail of pixel
+"Recipes"): a geometric head the decoder executes (``geometry``, ``region_decode``), a tail of pixel
 ops run in the workers on the crop, seeded per sample (``seeding``), any torchvision v2
 pipeline split into the two (``fuse``), put together in :class:`Recipe` (``recipe``);
 ``presets`` names the recipes people train with."""

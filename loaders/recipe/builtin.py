@@ -5,7 +5,7 @@ The built-in train recipe is RandomResizedCrop(size) (bilinear, antialiased) + h
 loader both are :class:`~loaders.recipe.Recipe` objects (``build_recipe(None, ...)``); the
 functions here are those recipes for the benchmark's baselines, the decode-quality script and
 tests: a sample through the recipe (:func:`train_sample`, :func:`eval_sample`: the header's
-draws, only the region decoded, ``loaders.recipe.render``), or with given parameters
+draws, only the region decoded, ``loaders.recipe.region_decode``), or with given parameters
 (:func:`train_params` draws what the recipe draws; :func:`decode_train` renders them;
 :func:`apply_train`/:func:`train_augment`/:func:`eval_augment` run them on a decoded image as
 torchvision's ops do). ``scaled``: a region more than twice the output on both sides is decoded
@@ -21,7 +21,7 @@ import torch
 
 from loaders.recipe.geometry import Geometry, eval_head, random_resized_crop_params
 from loaders.recipe.recipe import Recipe, build_recipe
-from loaders.recipe.render import apply, render
+from loaders.recipe.region_decode import apply, render
 from loaders.recipe.seeding import Seeder, Where
 from wdstool.format.decode import PARTIAL_DECODE
 from wdstool.format.images import MAX_PIXELS

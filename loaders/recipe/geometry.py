@@ -7,7 +7,7 @@ flips. Its draws come from an explicit ``random.Random`` and follow torchvision'
 ``CenterCrop``'s rounding, ``Resize``'s output size, ``RandomChoice``'s weights, a flip's
 probability), so the parameters have torchvision's distributions while a sample's parameters
 depend only on its seed. Drawing needs the image's size only — the header of a JPEG is enough —
-so the decoder can decode just the region (``loaders.recipe.render``).
+so the decoder can decode just the region (``loaders.recipe.region_decode``).
 
 Pure Python: no torch here.
 """

@@ -2,7 +2,7 @@
 
 A :class:`Recipe` has the three parts of DESIGN.md's "Recipes": a geometric ``head`` whose
 parameters are drawn from the image header and the sample's generator and which the decoder
-executes (only the region is decoded, ``loaders.recipe.render``); a ``tail`` of ops run in the
+executes (only the region is decoded, ``loaders.recipe.region_decode``); a ``tail`` of ops run in the
 worker on the small uint8 crop, seeded per sample (``loaders.recipe.seeding``); and the device
 step, which stays the user's (``normalize``, MixUp/CutMix on the device batch). The built-in
 train and eval recipes are two recipes (:func:`build_recipe` with ``transform=None``); any
@@ -29,7 +29,7 @@ from loaders.recipe.geometry import Geometry, Head, Size, eval_head, train_head
 from loaders.recipe.imagetypes import Kind, NormalizedFloat, as_kind, as_tensor
 from loaders.recipe.libhead import LibHead
 from loaders.recipe.probe import probe
-from loaders.recipe.render import apply, render
+from loaders.recipe.region_decode import apply, render
 from loaders.recipe.schedule import as_size
 from loaders.recipe.seeding import Seeder, draws_from_globals
 from wdstool.base import counters

@@ -19,7 +19,7 @@ import torch
 
 from loaders.recipe.geometry import Geometry
 from loaders.recipe.recipe import Recipe
-from loaders.recipe.render import apply, render
+from loaders.recipe.region_decode import apply, render
 from loaders.recipe.seeding import Seeder
 from wdstool.format.decode import PARTIAL_DECODE, decode_hwc, header_size
 from wdstool.format.images import MAX_PIXELS, is_jpeg

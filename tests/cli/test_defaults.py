@@ -20,7 +20,7 @@ from shard_writer import (
 )
 from wdstool.cli import cli
 from wdstool.cli.writing import options_from
-from wdstool.show.config import ShowConfig
+from wdstool.show.show_config import ShowConfig
 
 
 def _parsed(command: str, *args: str) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import types
 import pytest
 
 import loaders.bench.measure as measure_mod
-from loaders.bench.config import BenchConfig
+from loaders.bench.bench_config import BenchConfig
 from loaders.bench.measure import RunResult, measure, percentiles, recommend
 from loaders.bench.report import render_text
 from loaders.bench.summary import _ratios

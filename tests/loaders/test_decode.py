@@ -117,7 +117,7 @@ def test_resize_into_a_slot_equals_torchvision(
 
     from loaders.pool import new_batch
     from loaders.recipe.geometry import Geometry
-    from loaders.recipe.render import resize_into
+    from loaders.recipe.region_decode import resize_into
 
     gen = torch.Generator().manual_seed(0)
     img = torch.randint(0, 256, (3, 97, 131), dtype=torch.uint8, generator=gen)

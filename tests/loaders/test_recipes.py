@@ -114,7 +114,7 @@ def test_the_partial_decode_is_used_and_declined_files_are_decoded_whole(monkeyp
         calls.append(args[1:5])
         return real(*args, **kw)
 
-    monkeypatch.setattr("loaders.recipe.render.decode_crop", spy)
+    monkeypatch.setattr("loaders.recipe.region_decode.decode_crop", spy)
     fused = recipe(data, random.Random(1), SEEDER, scaled=False)
     assert len(calls) == 1
     monkeypatch.setattr(decode, "_jpegcrop", None)

@@ -16,7 +16,7 @@ from wdstool.cli.common import (
     progress_enabled,
     storage_options_from_cli,
 )
-from wdstool.show.config import HEADERS_PER_SAMPLE, WALK_SHARE, ShowConfig
+from wdstool.show.show_config import HEADERS_PER_SAMPLE, WALK_SHARE, ShowConfig
 
 _D = ShowConfig()
 

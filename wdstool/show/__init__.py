@@ -11,7 +11,7 @@ model sees) and ``wdstool.format`` (headers, tar members): see DESIGN.md.
 
 from typing import Any
 
-from wdstool.show.config import ShowConfig
+from wdstool.show.show_config import ShowConfig
 
 __all__ = ["ShowConfig", "build_report"]
 

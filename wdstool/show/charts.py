@@ -14,7 +14,7 @@ from typing import Any
 
 from wdstool.base.errors import ConfigError
 from wdstool.format.tar_safety import printable_name
-from wdstool.show.render import NEEDS
+from wdstool.show.report_folder import NEEDS
 
 BAR_LIMIT = 30  # bars drawn at most in a chart of names (the table lists the rest)
 SHARD_BARS = 60  # up to this many shards get a bar each, more a histogram

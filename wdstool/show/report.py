@@ -21,7 +21,6 @@ from wdstool.format.images import kind
 from wdstool.format.tar_safety import printable_name
 from wdstool.format.video import video_kind
 from wdstool.show.charts import all_charts
-from wdstool.show.config import ShowConfig
 from wdstool.show.draw import draw
 from wdstool.show.facts import (
     Meta,
@@ -33,7 +32,8 @@ from wdstool.show.facts import (
 )
 from wdstool.show.page import page_context
 from wdstool.show.ranged import ReadCounter
-from wdstool.show.render import check_out_dir, render_html, write_report
+from wdstool.show.report_folder import check_out_dir, render_html, write_report
+from wdstool.show.show_config import ShowConfig
 from wdstool.show.source import open_dataset
 from wdstool.show.stats import shard_name, statistics
 from wdstool.show.walk import Picked, Wanted

@@ -23,7 +23,7 @@ from loaders import make_loader
 from wdstool.base.errors import WdsToolError
 from wdstool.format.manifest import ShardEntry, build_manifest
 from wdstool.format.tar_write import END, header, write_member
-from wdstool.show.config import Column
+from wdstool.show.show_config import Column
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -23,7 +23,7 @@ from loaders.clips.members import media_part, video_facts
 from loaders.clips.sampling import draw_clip
 from loaders.clips.spec import Clips, Short
 from loaders.recipe import Geometry, Head, Recipe, Seeder
-from loaders.recipe.render import _AA_OUT, _NATIVE, _finish, apply
+from loaders.recipe.region_decode import _AA_OUT, _NATIVE, _finish, apply
 from wdstool.base import counters
 from wdstool.base.errors import ConfigError, SampleError
 from wdstool.format.clipdecode import open_video
