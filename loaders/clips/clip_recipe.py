@@ -22,8 +22,8 @@ import torch
 from loaders.clips.members import media_part, video_facts
 from loaders.clips.sampling import draw_clip
 from loaders.clips.spec import Clips, Short
-from loaders.recipe import Geometry, Head, Recipe, Seeder
-from loaders.recipe.region_decode import _AA_OUT, _NATIVE, _finish, apply
+from loaders.recipe import Head, Recipe, Seeder
+from loaders.recipe.region_decode import apply_frames
 from wdstool.base import counters
 from wdstool.base.errors import ConfigError, SampleError
 from wdstool.format.clipdecode import open_video
@@ -132,7 +132,7 @@ class ClipRecipe:
             out.copy_(frames)
         else:
             g = head.draw(frames.shape[-2], frames.shape[-1], rng)
-            counters.timed("resize", _apply_clip, frames, g, out)
+            counters.timed("resize", apply_frames, frames, g, out)
         if not all(draw.real):
             out[torch.tensor([not r for r in draw.real])] = 0
         video = self._tail(out, rng, seeder)
@@ -173,25 +173,6 @@ class ClipRecipe:
         # a plain [T,3,H,W] tensor: v2 ops take it as a batch of images and draw once per call
         # (as a tv_tensors.Video some ops, Grayscale among them, would pass it through)
         return self.recipe.finish(clip, rng, seeder)
-
-
-def _apply_clip(frames: torch.Tensor, g: Geometry, out: torch.Tensor) -> torch.Tensor:
-    """``g`` on every frame of ``frames`` [T,3,H,W] into ``out`` [T,3,h,w]: one resize call
-    for the clip where the crop comes first (RandomResizedCrop, CenterCrop), as torchvision's
-    antialiased kernel computes it per frame; frame by frame otherwise."""
-    kernel = _AA_OUT.get(g.interpolation)
-    batched = g.resized is None and not g.pad and g.antialias and kernel is not None
-    if batched and _NATIVE[g.interpolation] and tuple(g.size) != (g.height, g.width):
-        region = frames[..., g.top : g.top + g.height, g.left : g.left + g.width]
-        target = torch.empty_like(out) if (g.hflip or g.vflip) else out
-        try:
-            kernel(region, list(g.size), False, out=target)
-            return _finish(target, g, out) if target is not out else out
-        except (RuntimeError, TypeError):  # an unexpected layout: frame by frame
-            pass
-    for t in range(frames.shape[0]):
-        apply(frames[t], g, out[t])
-    return out
 
 
 def clip_batch_keys(clips: Clips) -> tuple[str, ...]:

@@ -103,6 +103,26 @@ def apply(img: torch.Tensor, g: Geometry, out: torch.Tensor | None = None) -> to
     return resize_into(region, g, out)
 
 
+def apply_frames(frames: torch.Tensor, g: Geometry, out: torch.Tensor) -> torch.Tensor:
+    """``g`` applied to every frame of ``frames`` [T,3,H,W] (a video clip) into ``out``
+    [T,3,h,w], each frame as :func:`apply` would: one resize call for the clip where the crop
+    comes first (RandomResizedCrop, CenterCrop), as torchvision's antialiased kernel computes
+    it per frame; frame by frame otherwise."""
+    kernel = _AA_OUT.get(g.interpolation)
+    batched = g.resized is None and not g.pad and g.antialias and kernel is not None
+    if batched and _NATIVE[g.interpolation] and tuple(g.size) != (g.height, g.width):
+        region = frames[..., g.top : g.top + g.height, g.left : g.left + g.width]
+        target = torch.empty_like(out) if (g.hflip or g.vflip) else out
+        try:
+            kernel(region, list(g.size), False, out=target)
+            return _finish(target, g, out) if target is not out else out
+        except (RuntimeError, TypeError):  # an unexpected layout: frame by frame
+            pass
+    for t in range(frames.shape[0]):
+        apply(frames[t], g, out[t])
+    return out
+
+
 def render(
     data: bytes,
     g: Geometry,
@@ -134,4 +154,4 @@ def render(
     return apply(decode_hwc(data, max_pixels=max_pixels, where=where), g, out)
 
 
-__all__ = ["apply", "render", "resize_into"]
+__all__ = ["apply", "apply_frames", "render", "resize_into"]
