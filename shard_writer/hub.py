@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from shard_writer.image import BadImage
-from shard_writer.listing import _folder, _jsonable, _labels, _text_value
 from shard_writer.listing_read import PARQUET_HINT, Row
 from shard_writer.options import PackOptions
 from shard_writer.probe import EncodeOptions, ImageInfo, Payload, info_of, rewritten, sort_probed
+from shard_writer.row_values import column_labels, jsonable, listing_folder, text_value
 from shard_writer.scan import Scan, Skipped, SourceFile
 from shard_writer.write import ShardTask
 from wdstool.base.credentials import redact
@@ -134,12 +134,12 @@ def hub_scan(
     captioned = caption_col in names
     for i, row in enumerate(rows):
         extra = {
-            k: _jsonable(src, row, k, v)
+            k: jsonable(src, row, k, v)
             for k, v in row.values.items()
             if k not in (label_col, caption_col)
         }
         # without a caption column, SourceFile's default ("no caption") applies, as in a listing
-        caption = {"caption": _text_value(src, row, caption_col, "caption")} if captioned else {}
+        caption = {"caption": text_value(src, row, caption_col, "caption")} if captioned else {}
         files.append(
             SourceFile(
                 index=i,
@@ -155,7 +155,7 @@ def hub_scan(
         raise InputError(f"{src}: no rows")
     md = pf.metadata
     return HubScan(
-        root=_folder(src),
+        root=listing_folder(src),
         classes=classes,
         files=tuple(files),
         problems=(),
@@ -183,7 +183,7 @@ def _hub_labels(
     meta = json.loads((schema.metadata or {}).get(b"huggingface", b"{}") or b"{}")
     feature = meta.get("info", {}).get("features", {}).get(col, {})
     names = feature.get("names") if feature.get("_type") == "ClassLabel" else None
-    classes, labels = _labels(src, rows, col, "parquet")
+    classes, labels = column_labels(src, rows, col, "parquet")
     if not names or classes:
         return classes, labels
     for row, label in zip(rows, labels, strict=True):

@@ -25,24 +25,19 @@ file and the row, never a partial dataset. The images are checked by the probe, 
 
 from __future__ import annotations
 
-import datetime
-import decimal
 import json
-import math
 import os
 import posixpath
-import re
 from dataclasses import dataclass
-from typing import Any
 
 from shard_writer import sources
 from shard_writer.listing_read import FORMATS, Row, read_rows
+from shard_writer.row_values import column_labels, jsonable, listing_folder, text_value
 from shard_writer.scan import Scan, SourceFile, scan_imagefolder
 from wdstool.base.credentials import redact
 from wdstool.base.errors import ConfigError, InputError, StorageError
 from wdstool.base.urls import is_remote, local_path
 
-_DIGITS = re.compile(r"[0-9]+")
 USE = "use .csv, .tsv, .jsonl or .parquet"
 
 
@@ -153,14 +148,14 @@ def scan_listing(
                 f"{url}: no {col!r} column (columns found: {found}); "
                 f"name the {flag} column with {flag}_column="
             )
-    classes, labels = _labels(url, rows, label_col if label_col in names else None, fmt)
-    base = _folder(url)
+    classes, labels = column_labels(url, rows, label_col if label_col in names else None, fmt)
+    base = listing_folder(url)
     own = {path_col, label_col, caption_col}
     captioned = caption_col in names
     files: list[SourceFile] = []
     seen: dict[str, Row] = {}
     for i, row in enumerate(rows):
-        path = _text_value(url, row, path_col, "path")
+        path = text_value(url, row, path_col, "path")
         if not path:
             raise InputError(f"{url}: {row.where()}: empty path")
         where = resolve(base, path)
@@ -169,7 +164,7 @@ def scan_listing(
                 f"{url}: duplicate path {path!r} in {seen[where].where()} and {row.where()}"
             )
         seen[where] = row
-        extra = {k: _jsonable(url, row, k, v) for k, v in row.values.items() if k not in own}
+        extra = {k: jsonable(url, row, k, v) for k, v in row.values.items() if k not in own}
         files.append(
             SourceFile(
                 index=i,
@@ -178,7 +173,7 @@ def scan_listing(
                 size=-1,
                 url=where,
                 row=row.number,
-                caption=_text_value(url, row, caption_col, "caption") if captioned else None,
+                caption=text_value(url, row, caption_col, "caption") if captioned else None,
                 extra=json.dumps(extra, sort_keys=True, separators=(",", ":")) if extra else "",
             )
         )
@@ -215,13 +210,6 @@ def _read(url: str, storage_options: dict | None) -> bytes:
         raise InputError(redact(exc.message, storage_options)) from None
 
 
-def _folder(url: str) -> str:
-    """The folder relative paths resolve against: absolute for a local listing."""
-    if is_remote(url):
-        return url.rsplit("/", 1)[0]
-    return os.path.dirname(os.path.abspath(local_path(url)))
-
-
 def resolve(base: str, path: str) -> str:
     """Where a listing's ``path`` is: a URL as is, an absolute path as is, a relative path
     against the listing's folder ``base`` (a local folder or a URL)."""
@@ -234,96 +222,3 @@ def resolve(base: str, path: str) -> str:
     scheme, rest = base.split("://", 1)
     bucket, _, prefix = rest.partition("/")
     return f"{scheme}://{bucket}{posixpath.normpath(posixpath.join('/', prefix, path))}"
-
-
-def _text_value(url: str, row: Row, col: str, what: str) -> str:
-    value = row.values.get(col)
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise InputError(
-            f"{url}: {row.where()}: {what} {value!r} is not text ({type(value).__name__})"
-        )
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InputError(f"{url}: {row.where()}: {what} is not valid Unicode text") from None
-    return value
-
-
-def _label_kind(value: Any, typed: bool) -> str | None:
-    """ "int", "name", or None for a value that is neither."""
-    if isinstance(value, str):
-        if not value.strip():
-            return None
-        return "int" if not typed and _DIGITS.fullmatch(value) else "name"
-    if typed and isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return "int"
-    return None
-
-
-def _labels(
-    url: str, rows: list[Row], col: str | None, fmt: str
-) -> tuple[tuple[str, ...], list[int]]:
-    """(classes, label per row: -1 without a label column)."""
-    if col is None:
-        return (), [-1] * len(rows)
-    typed = fmt in ("jsonl", "parquet")
-    kinds = []
-    for row in rows:
-        value = row.values.get(col)
-        kind = _label_kind(value, typed)
-        if kind is None:
-            shown = (
-                "(empty)"
-                if value is None or (isinstance(value, str) and not value.strip())
-                else f"{value!r} ({type(value).__name__})"
-            )
-            raise InputError(
-                f"{url}: {row.where()}: label {shown} is neither an int nor a name "
-                "(labels are ints >= 0 or class names)"
-            )
-        kinds.append(kind)
-    values = [row.values[col] for row in rows]
-    if not typed:  # CSV/TSV: integers only when every label is digits
-        if all(k == "int" for k in kinds):
-            return (), [int(v) for v in values]
-        classes = tuple(sorted(set(values)))
-    else:
-        first = kinds[0]
-        for row, kind in zip(rows, kinds, strict=True):
-            if kind != first:
-                raise InputError(
-                    f"{url}: {row.where()}: label {row.values[col]!r} is neither an int nor a "
-                    f"name like the others ({rows[0].where()} has {rows[0].values[col]!r}; "
-                    "a label column holds ints or class names, not both)"
-                )
-        if first == "int":
-            return (), list(values)
-        classes = tuple(sorted(set(values)))
-    index = {c: i for i, c in enumerate(classes)}
-    return classes, [index[v] for v in values]
-
-
-def _jsonable(url: str, row: Row, col: str, value: Any) -> Any:
-    """A column's value as JSON can hold it; one-line InputError naming the column if not."""
-    if value is None or isinstance(value, (str, bool, int)):
-        return value
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise InputError(
-                f"{url}: {row.where()}: column {col!r} holds {value}, which JSON cannot hold"
-            )
-        return value
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(url, row, col, v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _jsonable(url, row, col, v) for k, v in value.items()}
-    if isinstance(value, (datetime.date, datetime.time)):
-        return value.isoformat()  # also datetime and pandas.Timestamp (subclasses)
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    raise InputError(
-        f"{url}: {row.where()}: column {col!r} holds {type(value).__name__} values, which "
-        "KEY.json cannot hold (drop or convert the column)"
-    )
