@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loaders.monitor.memory import owned_memory
-from loaders.monitor.stats import Window, _Sums
+from loaders.monitor.stats import Sums, Window
 from loaders.topology import cores_per_rank
 
 log = logging.getLogger("loaders.monitor")
@@ -66,7 +66,7 @@ class Autotuner:
         self.spec = spec
         self.last = ""
         self.changes: list[tuple[int, int, int, int, str]] = []
-        self._since = _Sums()
+        self._since = Sums()
         self._floor = 1  # a count found input-bound: not gone below again
         self._ceiling = spec.max_workers  # a count that did not pay: not gone above again
         self._trial: tuple[int, float] | None = None  # (workers, samples/s) before adding one
@@ -95,7 +95,7 @@ class Autotuner:
         """Between epochs: worker processes are revised here (threads too, once more)."""
         if loader.meter is not None and loader.meter.epoch.steps:
             self._decide(loader, live=False)
-        self._since = _Sums()
+        self._since = Sums()
         if loader.config.workers.mode.value == "thread":
             # a thread added near the end is not judged on the next pass's start-up
             self._trial = None
@@ -115,7 +115,7 @@ class Autotuner:
     def _window(self, loader: Any) -> Window:
         now = loader.meter.epoch
         w = Window.of(_minus(now, self._since))
-        self._since = _minus(now, _Sums())  # a copy
+        self._since = _minus(now, Sums())  # a copy
         return w
 
     def _decide(self, loader: Any, *, live: bool) -> None:
@@ -225,9 +225,9 @@ class Autotuner:
         )
 
 
-def _minus(a: _Sums, b: _Sums) -> _Sums:
-    d = _Sums()
-    for name in _Sums.__slots__:
+def _minus(a: Sums, b: Sums) -> Sums:
+    d = Sums()
+    for name in Sums.__slots__:
         va, vb = getattr(a, name), getattr(b, name)
         if isinstance(va, dict):
             setattr(d, name, {k: v - vb.get(k, 0.0) for k, v in va.items()})

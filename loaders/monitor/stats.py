@@ -40,8 +40,9 @@ BOUND_WAIT_S = 0.001
 BOUND_WAIT_SHARE = 0.05  # ... and longer than this share of the step
 
 
-class _Sums:
-    """Running sums over steps (an epoch, or the steps of a window)."""
+class Sums:
+    """Running sums over steps (an epoch, or the steps of a window); ``Window.of`` makes a
+    window of them, and the autotuner diffs two (``loaders.monitor.autotune``)."""
 
     __slots__ = (
         "bound",
@@ -129,7 +130,7 @@ class Window:
     samples_replaced: int = 0
 
     @classmethod
-    def of(cls, s: _Sums) -> Window:
+    def of(cls, s: Sums) -> Window:
         seconds = s.wait + s.step
         steady = seconds - s.first - s.outside
         w = s.worker
@@ -231,14 +232,14 @@ class Meter:
     """The loader's side of the stats: fed one record per batch by ``StreamingLoader``."""
 
     def __init__(self, window: int = 50) -> None:
-        self.epoch = _Sums()
+        self.epoch = Sums()
         self.recent: deque[_Step] = deque(maxlen=window)
-        self.total = _Sums()  # all epochs: what Prometheus' counters count
+        self.total = Sums()  # all epochs: what Prometheus' counters count
         self._last_yield: float | None = None
         self._got_at = 0.0
         self.base = float("inf")  # the cheapest wait for a batch that was ready: the hand-over
         self._first = True
-        self.setup = _Sums()
+        self.setup = Sums()
 
     def made(self, events: dict[str, float]) -> None:
         """What making the loader fetched (``wdstool.base.counters`` events: the index looked
@@ -249,7 +250,7 @@ class Meter:
                     sums.worker[k] = sums.worker.get(k, 0.0) + events[k]
 
     def new_epoch(self) -> None:
-        self.epoch = _Sums()
+        self.epoch = Sums()
         self.recent.clear()
         self._first = True
         self._last_yield = None
@@ -304,7 +305,7 @@ class Meter:
         self._first = True
 
     def windows(self) -> tuple[Window, Window]:
-        recent = _Sums()
+        recent = Sums()
         for rec in self.recent:
             recent.add(rec)
         return Window.of(self.epoch), Window.of(recent)

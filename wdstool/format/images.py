@@ -45,7 +45,7 @@ def is_jpeg(data: bytes) -> bool:
     return data[:3] == b"\xff\xd8\xff"
 
 
-def _jpeg_segments(data: bytes) -> Iterator[tuple[int, int]]:
+def jpeg_segments(data: bytes) -> Iterator[tuple[int, int]]:
     """(marker, offset) of each JPEG segment up to the first scan (SOS), walking by length so
     that nothing inside a segment (an EXIF thumbnail and its markers) is mistaken for one.
     Stops early where the structure is broken."""
@@ -68,7 +68,7 @@ def _jpeg_segments(data: bytes) -> Iterator[tuple[int, int]]:
 
 def jpeg_scan_offset(data: bytes) -> int:
     """Offset of the main image's first SOS marker (2 if not found)."""
-    return next((pos for marker, pos in _jpeg_segments(data) if marker == 0xDA), 2)
+    return next((pos for marker, pos in jpeg_segments(data) if marker == 0xDA), 2)
 
 
 _SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
@@ -76,7 +76,7 @@ _SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 
 def jpeg_size(data: bytes) -> tuple[int, int] | None:
     """(width, height) from a JPEG's frame header; None if no frame header precedes the scan."""
-    for marker, pos in _jpeg_segments(data):
+    for marker, pos in jpeg_segments(data):
         if marker in _SOF and pos + 9 <= len(data):
             height = int.from_bytes(data[pos + 5 : pos + 7], "big")
             width = int.from_bytes(data[pos + 7 : pos + 9], "big")
@@ -102,7 +102,7 @@ _SUBSAMPLING = {(1, 1): "4:4:4", (2, 1): "4:2:2", (2, 2): "4:2:0", (1, 2): "4:4:
 def jpeg_frame(data: bytes) -> JpegFrame | None:
     """The frame header of a JPEG (only its first bytes are needed: the header segments up to
     SOF); None when no complete frame header lies in ``data``."""
-    for marker, pos in _jpeg_segments(data):
+    for marker, pos in jpeg_segments(data):
         if marker not in _SOF:
             continue
         ncomp = data[pos + 9] if pos + 10 <= len(data) else 0
@@ -156,7 +156,7 @@ def jpeg_exif_orientation(data: bytes) -> tuple[int, int] | None:
     header); None where there is none. TorchCodec's decoders apply this orientation, the
     other decoders here do not: :mod:`wdstool.format.decode` neutralizes it before calling
     TorchCodec, so every decoder gives the stored pixel layout the header's size describes."""
-    pos = next((p for marker, p in _jpeg_segments(data) if marker == 0xE1), None)
+    pos = next((p for marker, p in jpeg_segments(data) if marker == 0xE1), None)
     if pos is None:
         return None
     end = min(len(data), pos + 2 + int.from_bytes(data[pos + 2 : pos + 4], "big"))

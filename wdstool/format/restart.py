@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from wdstool.format.images import _jpeg_segments, kind
+from wdstool.format.images import jpeg_segments, kind
 
 try:
     from wdstool.format import _jpegtran
@@ -96,7 +96,7 @@ def restart_layout(data: bytes) -> RestartLayout | None:
     if kind(data) != "jpeg":
         return None
     interval, frame = 0, None
-    for code, pos in _jpeg_segments(data):  # the walk jpeg_size uses
+    for code, pos in jpeg_segments(data):  # the walk jpeg_size uses
         at, length = pos + 4, int.from_bytes(data[pos + 2 : pos + 4], "big") - 2
         if code == 0xDD and length >= 2:
             interval = int.from_bytes(data[at : at + 2], "big")

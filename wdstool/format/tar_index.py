@@ -19,7 +19,7 @@ from wdstool.format.tar_read import (
     BLOCK,
     MemberInfo,
     TarSampleReader,
-    _checksum_ok,
+    checksum_ok,
     split_key,
 )
 
@@ -108,7 +108,7 @@ def suffix_of(key: str, name: str) -> str:
 def header_says(block: bytes, size: int) -> bool:
     """Is ``block`` (the 512 bytes just before a member's data) a valid tar header for a member
     of ``size`` bytes? A cheap check that a shard has not changed since its headers were read."""
-    if len(block) != BLOCK or not _checksum_ok(block):
+    if len(block) != BLOCK or not checksum_ok(block):
         return False
     field = block[124:136]
     if field[0] & 0x80:  # GNU base-256

@@ -73,7 +73,10 @@ def _octal(field: bytes, url: str, offset: int) -> int:
         ) from None
 
 
-def _checksum_ok(block: bytes) -> bool:
+def checksum_ok(block: bytes) -> bool:
+    """Whether the 512-byte tar header ``block`` carries its own checksum (bytes 148-155, octal:
+    the sum of the header's bytes with the checksum field as spaces), summed as unsigned bytes
+    or, as old tars did, as signed ones."""
     stored = block[148:156].split(b"\0", 1)[0].strip()
     try:
         want = int(stored, 8)
@@ -96,7 +99,7 @@ def header_offsets(data: bytes) -> list[int]:
     return [
         pos
         for pos in range(0, len(data) - BLOCK + 1, BLOCK)
-        if data[pos : pos + BLOCK].count(0) != BLOCK and _checksum_ok(data[pos : pos + BLOCK])
+        if data[pos : pos + BLOCK].count(0) != BLOCK and checksum_ok(data[pos : pos + BLOCK])
     ]
 
 
@@ -224,7 +227,7 @@ class TarSampleReader:
             self._pos += BLOCK
             if block.count(0) == BLOCK:
                 return None
-            if not _checksum_ok(block):
+            if not checksum_ok(block):
                 raise ShardError(f"{self.url}: bad tar header checksum at offset {at}")
             first = at if first is None else first
             size = _octal(block[124:136], self.url, at)
