@@ -73,6 +73,87 @@ def test_modules_fit_in_a_head() -> None:
     assert not too_long, f"split these by idea: {too_long}"
 
 
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_module(dotted: str) -> bool:
+    """Whether ``dotted`` names one of the project's modules or packages (C extensions too)."""
+    base = ROOT.joinpath(*dotted.split("."))
+    return (
+        base.with_suffix(".py").exists()
+        or (base / "__init__.py").exists()
+        or any(base.parent.glob(base.name + ".*.so"))
+        or base.with_suffix(".c").exists()
+    )
+
+
+def _private_uses(path: Path) -> list[str]:
+    """``path``'s uses of other modules' private names: ``from X import _y``, ``import X._y``
+    and ``X._y`` on a name bound to a project module. A package's own private submodules (its
+    C extensions, ``from wdstool.format import _jpegcrop`` in ``wdstool/format/``) are its own."""
+    me = _module_name(path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    tree = ast.parse(path.read_text())
+    found: list[str] = []
+
+    def check(dotted: str, lineno: int) -> None:
+        parts = dotted.split(".")
+        if parts[0] not in PACKAGES:
+            return  # a third-party module's private names are its and its users' business
+        for i in range(1, len(parts)):
+            home, name = ".".join(parts[:i]), parts[i]
+            if not name.startswith("_") or name.startswith("__") or home == me:
+                continue
+            if home == package and _is_module(f"{home}.{name}"):
+                continue
+            found.append(f"{path.relative_to(ROOT)}:{lineno}: {home}.{name}")
+            return
+
+    bound: dict[str, str] = {}  # a name in this module -> the project module it is
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                check(alias.name, node.lineno)
+                top = alias.name.split(".")[0]
+                bound[alias.asname or top] = alias.name if alias.asname else top
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the package, up level - 1
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, *([node.module] if node.module else [])])
+            check(base, node.lineno)
+            for alias in node.names:
+                check(f"{base}.{alias.name}", node.lineno)
+                if _is_module(f"{base}.{alias.name}"):
+                    bound[alias.asname or alias.name] = f"{base}.{alias.name}"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            chain, value = [node.attr], node.value
+            while isinstance(value, ast.Attribute):
+                chain.append(value.attr)
+                value = value.value
+            if isinstance(value, ast.Name) and value.id in bound:
+                check(".".join([bound[value.id], *reversed(chain)]), node.lineno)
+    return found
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    """A leading underscore means "only this module uses it": a name another module needs is
+    public in its home module (or moves to where both can import it), so renaming or changing a
+    private name never breaks a module that was not looking."""
+    found = sorted(
+        {
+            use
+            for name in PACKAGES
+            for path in (ROOT / name).rglob("*.py")
+            for use in _private_uses(path)
+        }
+    )
+    assert not found, "make these public, or move them:\n" + "\n".join(found)
+
+
 _FLAG = re.compile(r"(?<![\w-])--[a-z][a-z-]+")
 _QUOTED = re.compile(r"`[^`]*`")  # another tool's command line (`ray start --head`) may say one
 _LOG_CALLS = ("debug", "info", "warning", "error", "exception", "critical")
