@@ -210,7 +210,7 @@ faults: $(STAMP)
 	WDSTOOL_FAULT_RUNS=$(FAULT_RUNS) WDSTOOL_FAULT_TABLE=build/faults.md $(PY) -m pytest -q tests/faults
 
 # mutation testing (mutmut) of the modules that carry the README's promises, each in a scratch
-# copy under build/mutants/ against its own fast tests (tests/mutation.py lists them); hours on
+# copy under build/mutants/ against its own fast tests (tests/support/mutation.py lists them); hours on
 # 2 cores, so not part of `make test`: run it before closing an issue that touches one of them.
 # MUTANTS="retry tar_read" for some; kill rates in build/mutants/summary.md, the surviving
 # mutants of each in build/mutants/<target>/survivors.txt (tests/EQUIVALENT_MUTANTS.md: why
@@ -218,7 +218,7 @@ faults: $(STAMP)
 MUTANTS ?=
 MUTANT_CHILDREN ?= 2
 mutants: $(STAMP)
-	$(PY) tests/mutation.py --children $(MUTANT_CHILDREN) $(MUTANTS)
+	$(PY) tests/support/mutation.py --children $(MUTANT_CHILDREN) $(MUTANTS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

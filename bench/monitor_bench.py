@@ -74,7 +74,7 @@ def _one(cfg: dict[str, Any]) -> dict[str, Any]:
     server = None
     source = cfg["source"]
     if cfg.get("rate"):
-        from tests.webserver import WebServer
+        from tests.support.webserver import WebServer
 
         server = WebServer(Path(source).parent, rate=cfg["rate"])
         source = f"{server.url}/{Path(source).name}"

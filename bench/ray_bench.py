@@ -65,7 +65,7 @@ def empty_task_cost(n: int = 2000) -> float:
 
 
 def s3_leg(src: str, max_count: int) -> dict:
-    from tests.countproxy import CountingProxy
+    from tests.support.countproxy import CountingProxy
     from wdstool.base.locals3 import LocalS3
 
     with LocalS3() as s3:

@@ -6,7 +6,7 @@ outage.
 DATA (default bench/data) holds ``images/`` (the 10,000 JPEGs of ``make bench``); the foreign
 data set is written once into ``DATA/foreign/``: 200 shards of 50 samples by upstream
 webdataset's ``TarWriter`` (PAX headers and all; a caption on two samples in three). A real
-HTTP/1.1 server on 127.0.0.1 serves it (tests/webserver.py: its own process, ``sendfile``,
+HTTP/1.1 server on 127.0.0.1 serves it (tests/support/webserver.py: its own process, ``sendfile``,
 Range and ETag) and counts every body byte it sends. Measured, each in fresh processes:
 
 1. ``index``: with an index (``wdstool index PATTERN --out``): bytes fetched before the first
@@ -22,7 +22,7 @@ Range and ETag) and counts every body byte it sends. Measured, each in fresh pro
 
 measures only what each epoch fetches (issue 43), 1 rank x 2 workers, each case in a fresh
 process: timm's ``_info.json`` (no sample offsets) on 8 shards of 60 samples and on 200 of 50,
-and no index on 8 of 60 (a header scan), served by tests/webserver.py (Range, ETag; it counts
+and no index on 8 of 60 (a header scan), served by tests/support/webserver.py (Range, ETag; it counts
 the bytes it sends and the connections a client cuts); and 4 shards of 60 served by
 ``python -m http.server`` (no Range), with no index
 (a header scan at make_loader) and with ``_info.json``: GETs per shard and connection resets
@@ -141,7 +141,7 @@ def _tar_bytes_sent(url: str) -> int:
     """The shard bytes the server at ``url`` sent since it (re)started."""
     import urllib.request
 
-    from tests.webserver import CONTROL
+    from tests.support.webserver import CONTROL
 
     with urllib.request.urlopen(url + CONTROL, timeout=30) as r:
         return sum(n for p, n in json.loads(r.read())["sent"].items() if p.endswith(".tar"))
@@ -178,7 +178,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--out", default=None)
     args = p.parse_args()
-    from tests.webserver import WebServer
+    from tests.support.webserver import WebServer
 
     foreign = write_foreign(args.data, args.shards)
     size = sum(f.stat().st_size for f in foreign.glob("*.tar"))

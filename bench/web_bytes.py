@@ -16,7 +16,7 @@ from typing import Any
 
 from web_bench import REPO, pattern, write_foreign, write_info
 
-# name, shards, samples a shard, server ("ranged": tests/webserver.py; "http.server": Python's,
+# name, shards, samples a shard, server ("ranged": tests/support/webserver.py; "http.server": Python's,
 # no Range), index ("info": timm's _info.json; "": none, a header scan)
 CASES = (
     ("info-8x60", 8, 60, "ranged", "info"),
@@ -66,7 +66,7 @@ class _HttpServer:
 def bytes_case() -> None:
     """One case (``bytes-case NAME ROOT EPOCHS``): make_loader and the epochs, counted."""
     from loaders import make_loader
-    from tests.webserver import WebServer
+    from tests.support.webserver import WebServer
 
     name, root, epochs = sys.argv[2], Path(sys.argv[3]), int(sys.argv[4])
     _n, shards, _per, server, _index = next(c for c in CASES if c[0] == name)
@@ -149,7 +149,7 @@ def bytes_main(argv: list[str]) -> None:
         "",
         "Bytes each epoch fetched, against the data set's size, 1 rank x 2 workers (seed 0); "
         "shards of the bench's JPEGs (~105 KB) written by upstream webdataset. Ranged cases: "
-        "what tests/webserver.py sent; Python's http.server: GETs from its log, each sending "
+        "what tests/support/webserver.py sent; Python's http.server: GETs from its log, each sending "
         "the whole file (it has no Range) unless a reset cut it. GETs per shard: how many "
         "shards were fetched once, twice ({times: shards}); a shard split between the two "
         "workers is fetched by both (without Range the second cannot start inside it; "

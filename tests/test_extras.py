@@ -13,7 +13,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from tests.conftest import REPO
-from tests.extras import missing, modules
+from tests.support.extras import missing, modules
 
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 REQUIREMENTS = {

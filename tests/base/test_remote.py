@@ -376,7 +376,7 @@ def test_s3_opener_errors(s3_server, s3_object: str) -> None:
 
 @pytest.mark.slow
 def test_the_retry_policy_reaches_the_reader(s3_server, s3_object: str) -> None:
-    from tests.faultproxy import FaultProxy
+    from tests.support.faultproxy import FaultProxy
 
     with FaultProxy(s3_server.port, ["503", "500", "drop:20000"]) as proxy:
         options = {**s3_server.storage_options, "endpoint_url": proxy.endpoint_url}

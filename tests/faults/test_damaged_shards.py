@@ -21,7 +21,7 @@ import pytest
 from loaders import RetryPolicy, make_loader
 from shard_writer.pack import PackOptions, pack
 from tests.conftest import make_tree
-from tests.faultproxy import FaultProxy
+from tests.support.faultproxy import FaultProxy
 from wdstool.base.errors import ShardError, WdsToolError
 
 BATCH = 4
@@ -232,7 +232,7 @@ def test_s3_shard_unreadable_after_all_retries(
 def test_torchrun_job_with_damaged_shards_under_skip(packed: Path, tmp_path: Path, record) -> None:
     """A real 2-rank job (examples/train_ddp.py, gloo): one shard cut inside a member, another
     missing; both ranks take the same steps and finish the epochs."""
-    from tests.loaders.test_torchrun import torchrun
+    from tests.support.torchrun import torchrun
 
     ds = tmp_path / "ds"
     shutil.copytree(packed, ds)

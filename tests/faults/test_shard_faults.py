@@ -19,6 +19,7 @@ from shard_writer.pack import PackOptions, pack
 from shard_writer.verify import inspect_dataset, verify_dataset
 from tests.conftest import jpeg_bytes, make_tree, run_cli
 from tests.faults.conftest import runs
+from tests.support.tars import add, sample
 from wdstool.base.errors import WdsToolError
 
 
@@ -141,36 +142,22 @@ def _shard(path: Path, build) -> str:
     return str(path)
 
 
-def _add(tf: tarfile.TarFile, name: str, data: bytes, kind: bytes = tarfile.REGTYPE, **kw) -> None:
-    info = tarfile.TarInfo(name)
-    info.type = kind
-    info.size = len(data) if kind == tarfile.REGTYPE else 0
-    for k, v in kw.items():
-        setattr(info, k, v)
-    tf.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
-
-
-def _sample(tf, key: str, seed: int, label: int = 0) -> None:
-    _add(tf, f"{key}.jpg", jpeg_bytes(seed))
-    _add(tf, f"{key}.cls", b"%d" % label)
-
-
 def test_links_devices_absolute_and_parent_paths_are_never_followed(tmp_path: Path, record) -> None:
     secret = tmp_path / "secret.jpg"
     secret.write_bytes(jpeg_bytes(99))
 
     def build(tf):
-        _sample(tf, "ok0", 1)
-        _add(tf, "link.jpg", b"", tarfile.SYMTYPE, linkname=str(secret))
-        _add(tf, "link.cls", b"0")
-        _add(tf, "hard.jpg", b"", tarfile.LNKTYPE, linkname="ok0.jpg")
-        _add(tf, "dev.jpg", b"", tarfile.CHRTYPE, devmajor=1, devminor=3)
-        _add(tf, "fifo.jpg", b"", tarfile.FIFOTYPE)
-        _add(tf, "/etc/abs.jpg", jpeg_bytes(3))
-        _add(tf, "/etc/abs.cls", b"1")
-        _add(tf, "../../up.jpg", jpeg_bytes(4))
-        _add(tf, "../../up.cls", b"1")
-        _sample(tf, "ok1", 2)
+        sample(tf, "ok0", 1)
+        add(tf, "link.jpg", b"", tarfile.SYMTYPE, linkname=str(secret))
+        add(tf, "link.cls", b"0")
+        add(tf, "hard.jpg", b"", tarfile.LNKTYPE, linkname="ok0.jpg")
+        add(tf, "dev.jpg", b"", tarfile.CHRTYPE, devmajor=1, devminor=3)
+        add(tf, "fifo.jpg", b"", tarfile.FIFOTYPE)
+        add(tf, "/etc/abs.jpg", jpeg_bytes(3))
+        add(tf, "/etc/abs.cls", b"1")
+        add(tf, "../../up.jpg", jpeg_bytes(4))
+        add(tf, "../../up.cls", b"1")
+        sample(tf, "ok1", 2)
 
     url = _shard(tmp_path / "hostile-000000.tar", build)
     cwd_before = set(os.listdir(tmp_path))
@@ -187,7 +174,7 @@ def test_links_devices_absolute_and_parent_paths_are_never_followed(tmp_path: Pa
 
 def test_enormous_member_header_fails_fast_without_allocating(tmp_path: Path, record) -> None:
     def build(tf):
-        _sample(tf, "ok0", 1)
+        sample(tf, "ok0", 1)
         info = tarfile.TarInfo("huge.jpg")
         info.size = 1 << 40  # 1 TiB claimed, nothing follows
         tf.fileobj.write(info.tobuf(tarfile.GNU_FORMAT, "utf-8", "surrogateescape"))
@@ -208,13 +195,13 @@ def test_duplicate_keys_keyless_members_label_only_and_non_utf8(tmp_path: Path, 
     bad_name = b"caf\xe9-\xff".decode("utf-8", "surrogateescape")
 
     def build(tf):
-        _sample(tf, "dup", 1)
-        _sample(tf, "mid", 2)
-        _sample(tf, "dup", 3)  # not consecutive: a second sample with the same key
-        _add(tf, ".jpg", jpeg_bytes(5))  # no key: skipped
-        _add(tf, "noext", b"x")  # no extension: skipped
-        _add(tf, "lonely.cls", b"1")  # a label without an image
-        _sample(tf, bad_name, 6)
+        sample(tf, "dup", 1)
+        sample(tf, "mid", 2)
+        sample(tf, "dup", 3)  # not consecutive: a second sample with the same key
+        add(tf, ".jpg", jpeg_bytes(5))  # no key: skipped
+        add(tf, "noext", b"x")  # no extension: skipped
+        add(tf, "lonely.cls", b"1")  # a label without an image
+        sample(tf, bad_name, 6)
 
     url = _shard(tmp_path / "odd-000000.tar", build)
     msg = _error(lambda: _keys(url))
@@ -231,9 +218,9 @@ def test_image_bomb_is_refused_before_decoding(tmp_path: Path, record) -> None:
     from tests.shard_writer.test_bad_input import _png_claiming
 
     def build(tf):
-        _sample(tf, "ok0", 1)
-        _add(tf, "bomb.png", _png_claiming(60_000, 60_000))
-        _add(tf, "bomb.cls", b"0")
+        sample(tf, "ok0", 1)
+        add(tf, "bomb.png", _png_claiming(60_000, 60_000))
+        add(tf, "bomb.cls", b"0")
 
     url = _shard(tmp_path / "bomb-000000.tar", build)
     tracemalloc.start()
@@ -271,7 +258,7 @@ def test_pickle_members_are_never_unpickled(packed: Path, tmp_path: Path, record
             tf.addfile(m, io.BytesIO(data))
             if m.name == f"{first_key}.json":
                 for ext in ("pkl", "pth", "pyd", "pickle"):
-                    _add(tf, f"{first_key}.{ext}", payload)
+                    add(tf, f"{first_key}.{ext}", payload)
     manifest = json.loads((ds / "index.json").read_text())
     import hashlib
 

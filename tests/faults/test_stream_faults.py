@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from loaders import RetryPolicy, make_loader
 from shard_writer.pack import PackOptions, pack
 from tests.conftest import make_tree, run_cli
-from tests.faultproxy import FaultProxy
 from tests.faults.conftest import Recorder, runs
+from tests.support.faultproxy import FaultProxy
 from wdstool.base.errors import ShardError
 from wdstool.format.manifest import parse_manifest
 from wdstool.format.tar_read import TarSampleReader
@@ -125,7 +125,7 @@ def test_killed_dataloader_worker_is_a_clear_error_not_a_hang(
 def test_ddp_rank_with_a_bad_shard_under_skip_takes_the_same_steps(
     tree: Path, tmp_path: Path, record
 ) -> None:
-    from tests.loaders.test_torchrun import torchrun
+    from tests.support.torchrun import torchrun
 
     ds = tmp_path / "ds"
     pack(str(tree), str(ds), PackOptions(workers=1, max_count=12))

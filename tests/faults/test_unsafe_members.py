@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from tests.unsafe_shards import KINDS, dataset_with, shard_name
+from tests.support.unsafe_shards import KINDS, dataset_with, shard_name
 
 
 @pytest.mark.parametrize("kind", list(KINDS))

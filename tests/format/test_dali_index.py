@@ -7,8 +7,9 @@ import tarfile
 
 import pytest
 
-from tests.counting import CountingReader
-from tests.dali_idx import Component, check_index_against_tar, parse_dali_index
+from tests.support.counting import CountingReader
+from tests.support.dali_idx import Component, check_index_against_tar, parse_dali_index
+from tests.support.tars import Pipe
 from wdstool.base.errors import ShardError
 from wdstool.format.dali_index import dali_index, dali_index_name, split_name
 from wdstool.format.tar_read import MemberInfo, TarSampleReader
@@ -36,17 +37,6 @@ def sample_members(n: int = 4) -> list[tuple[str, bytes]]:
             (f"k{i:03d}.json", b'{"i": %d}' % i),
         ]
     return out
-
-
-class Pipe(io.RawIOBase):
-    def __init__(self, data: bytes) -> None:
-        self._b = io.BytesIO(data)
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b) -> int:
-        return self._b.readinto(b)
 
 
 def scan(data: bytes, f=None) -> list[MemberInfo]:

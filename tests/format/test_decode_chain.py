@@ -21,8 +21,8 @@ from PIL import Image
 
 import wdstool.format.decode as decode
 from tests.conftest import REPO, make_tree
-from tests.extras import missing
-from tests.mutate import mutate
+from tests.support.extras import missing
+from tests.support.mutate import mutate
 from wdstool.base.errors import SampleError
 from wdstool.format.images import jpeg_exif_orientation
 
@@ -32,7 +32,7 @@ LINKS = ["torchvision", "torchcodec", "pil"]
 
 def _use(monkeypatch: pytest.MonkeyPatch, link: str) -> None:
     """Leave only ``link`` as the whole-image decoder. TorchCodec is in the dev extra: without
-    it this fails (or skips where ``WDSTOOL_MISSING_EXTRAS`` names it, tests/extras.py)."""
+    it this fails (or skips where ``WDSTOOL_MISSING_EXTRAS`` names it, tests/support/extras.py)."""
     if link == "torchcodec" and TORCHCODEC is None:
         missing("torchcodec", "wdstool.format.decode could not load it")
     if link == "torchvision" and TORCHVISION is None:

@@ -16,8 +16,8 @@ from PIL import Image
 
 import wdstool.format.decode as decode
 import wdstool.format.restart as restart
-from tests.jpegs import KINDS, jpeg, noise
-from tests.mutate import mutate
+from tests.support.jpegs import KINDS, jpeg, noise
+from tests.support.mutate import mutate
 from wdstool.base.errors import SampleError
 from wdstool.format.decode import SCALES, decode_crop, decode_rgb, scaled_box
 from wdstool.format.images import jpeg_exif_orientation

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.loaders.test_tario import build_tar
+from tests.support.tars import build_tar
 from wdstool.base.errors import ConfigError
 from wdstool.format.shard_formats import (
     TAR,

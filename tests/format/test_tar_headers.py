@@ -11,7 +11,7 @@ import tarfile
 
 import pytest
 
-from tests.counting import CountingReader
+from tests.support.counting import CountingReader
 from wdstool.base.errors import ShardError
 from wdstool.format.shard_formats import count_samples
 from wdstool.format.tar_read import (

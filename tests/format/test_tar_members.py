@@ -10,7 +10,7 @@ import tarfile
 
 import pytest
 
-from tests.loaders.test_tario import Pipe, build_tar
+from tests.support.tars import Pipe, build_tar
 from wdstool.format.shard_formats import count_samples
 from wdstool.format.tar_read import (
     BLOCK,

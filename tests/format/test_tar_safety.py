@@ -9,7 +9,8 @@ import tarfile
 import pytest
 
 from tests.conftest import jpeg_bytes
-from tests.unsafe_shards import KINDS, LONG_DIR, NON_UTF8, USTAR_SPLIT, add, sample
+from tests.support.tars import add, sample
+from tests.support.unsafe_shards import KINDS, LONG_DIR, NON_UTF8, USTAR_SPLIT
 from wdstool.format.tar_read import ObservedTarSampleReader, TarMember, TarSampleReader
 from wdstool.format.tar_safety import printable_name, unsafe_reasons
 from wdstool.format.tar_write import END, header, write_member

@@ -17,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 from tests.conftest import REPO
-from tests.loaders.test_torchrun import free_port, torchrun_env
+from tests.support.torchrun import free_port, torchrun_env
 
 EPOCHS, BATCH, STEPS = 2, 15, 4  # per rank: 120 samples / 2 ranks / 15
 

@@ -14,7 +14,7 @@ from torchvision.transforms import v2
 
 from loaders import Clips, Source, make_loader, normalize
 from shard_writer.sample_videos import VideoSettings, frame_index
-from tests.videos import SMALL, pattern, video_bytes, write_shards
+from tests.support.videos import SMALL, pattern, video_bytes, write_shards
 from wdstool.base.errors import ConfigError, SampleError
 from wdstool.format.torchcodec_probe import torchcodec_error
 

@@ -17,7 +17,7 @@ from torchvision.transforms.v2.functional import _color
 from torchvision.transforms.v2.functional._utils import _get_kernel
 
 from loaders.recipe import Seeder, Where, build_recipe, kernels
-from tests.jpegs import jpeg
+from tests.support.jpegs import jpeg
 
 
 def _images(seed: int) -> list[torch.Tensor]:

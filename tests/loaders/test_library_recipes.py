@@ -29,7 +29,7 @@ from loaders.recipe import Seeder, Where, build_recipe
 from loaders.recipe.albu import sample_seed, seed_compose
 from loaders.recipe.imagetypes import Kind, as_tensor, to_hwc, to_pil
 from loaders.recipe.timm_ops import pillow_refuses_zero_bits, with_posterize_fix
-from tests.jpegs import image_matrix
+from tests.support.jpegs import image_matrix
 from wdstool.base.errors import ConfigError
 from wdstool.format.decode import decode_rgb
 

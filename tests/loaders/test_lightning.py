@@ -22,7 +22,7 @@ import pytest
 from loaders import make_loader
 from tests.conftest import REPO
 from tests.loaders.conftest import shard_keys
-from tests.loaders.test_torchrun import free_port, torchrun_env
+from tests.support.torchrun import free_port, torchrun_env
 
 # the jobs import Lightning in their own processes: found, not imported here (importing it in
 # every make-test worker at collection cost ~4 s of CPU each)

@@ -11,7 +11,7 @@ import torch
 
 from loaders import make_loader, normalize
 from tests.loaders.conftest import shard_keys
-from tests.loaders.planning import plan_kw
+from tests.support.plans import plan_kw
 from wdstool.base.errors import ConfigError, ShardError
 
 

@@ -253,7 +253,7 @@ def prime_val(tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 def test_exact_top1_over_three_ranks_equals_one_process(learnable_dataset, prime_val, tmp_path):
-    from tests.loaders.test_torchrun import torchrun
+    from tests.support.torchrun import torchrun
 
     out, weights = tmp_path / "report", tmp_path / "model.pt"
     args = ["--data", str(learnable_dataset), "--val", str(prime_val), "--device", "cpu"]

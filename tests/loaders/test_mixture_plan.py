@@ -10,58 +10,16 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from loaders.plan import (
-    Mix,
     MixSource,
     Mixture,
-    Piece,
     RankPlan,
     Segment,
-    Slice,
     apportion,
     num_batches,
 )
-from loaders.plan.interleave import sources_in_order
 from loaders.read import Located, worker_stream
-from tests.loaders.planning import plan_kw, resumed_kw
+from tests.support.plans import Sample, delivered, expand, mixture_ids, plan_kw, resumed_kw
 from wdstool.base.errors import ConfigError
-
-Sample = tuple[int, int, int]  # (source, shard, index in shard)
-
-
-def expand(items) -> list[tuple[Sample, int, bool]]:
-    """Every planned sample of ``items`` in read order: (sample, rep, pad)."""
-    out = []
-    for it in items:
-        if isinstance(it, Slice):
-            out += [((it.source, it.shard, i), it.rep, it.pad) for i in range(it.start, it.stop)]
-            continue
-        if isinstance(it, Mix):
-            parts = [iter(expand(p)) for p in it.per_source()]
-            got = [next(parts[s]) for s in sources_in_order(it.spans, it.lo, it.hi)]
-        else:
-            assert isinstance(it, Piece)
-            base = expand(it.base)
-            got = [base[j] for j in it.kept()]
-        out += [(s, r, p or it.pad) for s, r, p in got]
-    return out
-
-
-def delivered(plan: RankPlan) -> list[list[tuple[Sample, int, bool]]]:
-    """This rank's batches in DataLoader order (no shuffle inside workers needed for counts)."""
-    per_worker = []
-    for wp in plan.workers:
-        ids = expand(wp.items)
-        assert len(ids) == wp.num_samples
-        sizes = [plan.batch_size] * wp.num_batches
-        if sizes:
-            sizes[-1] = wp.last_batch_size
-        batches, pos = [], 0
-        for n in sizes:
-            batches.append(ids[pos : pos + n])
-            pos += n
-        per_worker.append(batches)
-    return [per_worker[w][b] for w, b in plan.batch_order()]
-
 
 mixtures = st.fixed_dictionaries(
     {
@@ -112,7 +70,7 @@ def test_shares_repeats_equal_batches_and_mask_cover(t: dict) -> None:
     real: Counter[Sample] = Counter()
     pads = 0
     for p in plans:
-        batches = delivered(p)
+        batches = delivered(p, mixture_ids)
         assert p.num_batches == expected == len(batches)
         shapes.add(tuple(len(b) for b in batches))
         for b in batches:
@@ -154,7 +112,7 @@ def test_a_subsampled_source_walks_all_samples_before_any_repeats(sizes, share, 
     for epoch in range(-(-2 * n // share)):  # enough epochs to go round twice
         p = plan_kw(mix, seed=seed, epoch=epoch, rank=0, world_size=1, num_workers=0,
                        batch_size=7, uneven="mask")  # fmt: skip
-        epoch_samples = [s for b in delivered(p) for s, _r, pad in b if not pad]
+        epoch_samples = [s for b in delivered(p, mixture_ids) for s, _r, pad in b if not pad]
         assert len(epoch_samples) == share and len(set(epoch_samples)) == share
         taken += epoch_samples
     for start in range(0, len(taken) - n + 1, share):
@@ -165,12 +123,12 @@ def test_repeats_get_their_own_augmentation_draw_number() -> None:
     mix = Mixture((MixSource((5, 5)), MixSource((3,))), epoch_size=26)  # shares 13 and 13
     p = plan_kw(mix, seed=1, epoch=0, rank=0, world_size=1, num_workers=0, batch_size=4)
     reps: dict[Sample, set[int]] = {}
-    for b in delivered(p):
+    for b in delivered(p, mixture_ids):
         for s, rep, _pad in b:
             reps.setdefault(s, set()).add(rep)
     assert {len(r) for s, r in reps.items() if s[0] == 1} == {4, 5}  # 13 = 4 x 3 + 1: 4 or 5
     for s, r in reps.items():  # each occurrence of a sample its own rep
-        count = sum(1 for b in delivered(p) for x, _, _ in b if x == s)
+        count = sum(1 for b in delivered(p, mixture_ids) for x, _, _ in b if x == s)
         assert len(r) == count
 
 

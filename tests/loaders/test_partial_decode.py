@@ -23,10 +23,10 @@ from loaders.recipe.builtin import (
     train_params,
     train_sample,
 )
-from tests.jpegs import KINDS
-from tests.jpegs import jpeg as _jpeg
-from tests.jpegs import noise as _noise
-from tests.mutate import mutate
+from tests.support.jpegs import KINDS
+from tests.support.jpegs import jpeg as _jpeg
+from tests.support.jpegs import noise as _noise
+from tests.support.mutate import mutate
 from wdstool.base.errors import SampleError
 from wdstool.format.decode import decode_crop, decode_rgb, header_size
 

@@ -11,27 +11,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from loaders.plan import RankPlan, Slice, num_batches, samples_per_rank
-from tests.loaders.planning import plan_kw
+from tests.support.plans import delivered, plan_kw
 from wdstool.base.errors import ConfigError
-
-
-def delivered(plan: RankPlan) -> list[list[tuple[int, int]]]:
-    """The batches of (shard, index) this rank delivers, in DataLoader order."""
-    per_worker = []
-    for wp in plan.workers:
-        ids = [(s.shard, i) for s in wp.slices for i in range(s.start, s.stop)]
-        assert len(ids) == wp.num_samples
-        sizes = [plan.batch_size] * wp.num_batches
-        if sizes:
-            sizes[-1] = wp.last_batch_size
-        assert sum(sizes) == len(ids)
-        batches, pos = [], 0
-        for n in sizes:
-            batches.append(ids[pos : pos + n])
-            pos += n
-        per_worker.append(batches)
-    return [per_worker[w][b] for w, b in plan.batch_order()]
-
 
 topologies = st.fixed_dictionaries(
     {

@@ -25,7 +25,7 @@ from loaders.pool import new_batch
 from loaders.recipe import Seeder, Where, build_recipe
 from loaders.recipe.geometry import Geometry, RandomResizedCropHead, resized_size
 from loaders.recipe.parts import flatten
-from tests.jpegs import image_matrix
+from tests.support.jpegs import image_matrix
 from wdstool.base.errors import ConfigError
 from wdstool.format.decode import decode_rgb
 

@@ -10,8 +10,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from loaders.plan import MixSource, Mixture, Segment, num_batches
-from tests.loaders.planning import plan_kw, resumed_kw
-from tests.loaders.test_mixture_plan import delivered
+from tests.support.plans import delivered, mixture_ids, plan_kw, resumed_kw
 
 setups = st.fixed_dictionaries(
     {
@@ -38,7 +37,7 @@ def _epoch(t: dict, mix: Mixture, epoch: int) -> list[list]:
     out = []
     for r in range(t["world_size"]):
         plan = plan_kw(mix, rank=r, world_size=t["world_size"], epoch=epoch, **args)
-        out.append([(s, rep) for b in delivered(plan) for s, rep, pad in b if not pad])
+        out.append([(s, rep) for b in delivered(plan, mixture_ids) for s, rep, pad in b if not pad])
     return out
 
 
@@ -101,7 +100,7 @@ def test_resume_with_repeats_delivers_the_rest_exactly(t: dict, new_world: int, 
     done_batches = int(first[0].num_batches * frac)
     got: Counter = Counter()
     for p in first:
-        for b in delivered(p)[:done_batches]:
+        for b in delivered(p, mixture_ids)[:done_batches]:
             got.update((s, rep) for s, rep, pad in b if not pad)
     history = (Segment(w, t["num_workers"], t["batch_size"], done_batches),)
     for r in range(new_world):
@@ -114,6 +113,7 @@ def test_resume_with_repeats_delivers_the_rest_exactly(t: dict, new_world: int, 
             shuffle_buffer=0,
             **args,
         )
-        for b in delivered(plan)[plan.resume_at :]:  # a same-topology plan skips what was done
+        # a same-topology plan skips what was done
+        for b in delivered(plan, mixture_ids)[plan.resume_at :]:
             got.update((s, rep) for s, rep, pad in b if not pad)
     assert got == full

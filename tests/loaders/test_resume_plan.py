@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from loaders.plan import RankPlan, Segment, samples_per_rank
 from loaders.read import worker_stream
-from tests.loaders.planning import plan_kw, resumed_kw
+from tests.support.plans import batch_sizes, plan_kw, resumed_kw, split
 
 
 def _ids(run):
@@ -22,15 +22,9 @@ def delivered(plan: RankPlan, buffer: int) -> list[list[tuple[int, int]]]:
     per_worker = []
     for wp in plan.workers:
         out = list(worker_stream(wp, _ids, shuffle_buffer=buffer, batch_size=plan.batch_size))
-        sizes = [plan.batch_size] * wp.num_batches
-        if sizes:
-            sizes[-1] = wp.last_batch_size
-        batches, pos = [], 0
-        for n in sizes[wp.first_batch(plan.batch_size) :]:
-            batches.append(out[pos : pos + n])
-            pos += n
-        assert pos == len(out), "a worker's stream and its batch sizes disagree"
-        per_worker.append(batches)
+        sizes = batch_sizes(plan, wp)[wp.first_batch(plan.batch_size) :]
+        assert sum(sizes) == len(out), "a worker's stream and its batch sizes disagree"
+        per_worker.append(split(out, sizes))
     order = plan.loader_order()  # what torch's round robin over the workers gives
     assert order == plan.batch_order()[plan.resume_at :]
     firsts = [wp.first_batch(plan.batch_size) for wp in plan.workers]

@@ -25,7 +25,9 @@ from loaders.recipe.builtin import (
     eval_sample,
     train_params,
 )
-from tests.loaders.test_partial_decode import KINDS, _jpeg, _noise
+from tests.support.jpegs import KINDS
+from tests.support.jpegs import jpeg as _jpeg
+from tests.support.jpegs import noise as _noise
 from wdstool.base.errors import SampleError
 from wdstool.format.decode import SCALES, decode_crop, decode_rgb, scale_for, scaled_box
 

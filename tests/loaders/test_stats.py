@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from loaders import make_loader
-from tests.webserver import WebServer
+from tests.support.webserver import WebServer
 from wdstool.base.retry import RetryPolicy
 
 FAST = RetryPolicy(base_delay=0.02, max_delay=0.2, patience=20.0, read_timeout=2.0)

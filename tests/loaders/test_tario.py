@@ -13,25 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import jpeg_bytes
-from tests.counting import CountingReader
+from tests.support.counting import CountingReader
+from tests.support.tars import Pipe, build_tar
 from wdstool.base.errors import ShardError
 from wdstool.format.shard_formats import count_samples
 from wdstool.format.tar_read import TarSampleReader
-
-
-def build_tar(
-    samples: list[tuple[str, dict[str, bytes]]], fmt=tarfile.USTAR_FORMAT, extra=None
-) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=fmt) as tf:
-        for key, parts in samples:
-            for ext, data in parts.items():
-                info = tarfile.TarInfo(f"{key}.{ext}")
-                info.size = len(data)
-                tf.addfile(info, io.BytesIO(data))
-            if extra:
-                extra(tf, key)
-    return buf.getvalue()
 
 
 def simple(n: int = 6) -> list[tuple[str, dict[str, bytes]]]:
@@ -39,19 +25,6 @@ def simple(n: int = 6) -> list[tuple[str, dict[str, bytes]]]:
         (f"s{i:03d}", {"jpg": jpeg_bytes(i), "cls": b"%d" % (i % 3), "json": b"{}"})
         for i in range(n)
     ]
-
-
-class Pipe(io.RawIOBase):
-    """A non-seekable stream (like an HTTP body)."""
-
-    def __init__(self, data: bytes) -> None:
-        self._b = io.BytesIO(data)
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b) -> int:
-        return self._b.readinto(b)
 
 
 def read_all(data: bytes, **kw) -> list:

@@ -13,7 +13,7 @@ import pytest
 from shard_writer.pack import PackOptions, pack
 from shard_writer.sample_videos import VideoSettings, generate_sample_videos
 from tests.conftest import REPO
-from tests.loaders.test_torchrun import torchrun_env, train_ddp_cmd
+from tests.support.torchrun import torchrun_env, train_ddp_cmd
 
 pytestmark = pytest.mark.slow
 

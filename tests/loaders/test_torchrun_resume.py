@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.loaders.test_torchrun import torchrun_env, train_ddp_cmd
+from tests.support.torchrun import torchrun_env, train_ddp_cmd
 
 pytestmark = pytest.mark.slow
 

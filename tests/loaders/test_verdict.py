@@ -16,7 +16,7 @@ from loaders import make_loader
 from loaders.monitor import LoaderStats, Window, diagnose
 from loaders.monitor.memory import Memory
 from tests.loaders.test_stats import FAST
-from tests.webserver import WebServer
+from tests.support.webserver import WebServer
 
 
 class SlowOp(torch.nn.Module):

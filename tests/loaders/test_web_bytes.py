@@ -1,4 +1,4 @@
-"""What a loader fetches from a web server, counted by the server itself (tests/webserver.py on
+"""What a loader fetches from a web server, counted by the server itself (tests/support/webserver.py on
 127.0.0.1, shards written by upstream webdataset): a worker whose share starts inside a shard
 that no index gives offsets for reads on from its first sample (the bytes before it are the
 previous worker's, fetched once), a server that ignores Range sends each shard once per reader
@@ -18,7 +18,7 @@ import webdataset as wds
 
 from loaders import RetryPolicy, make_loader
 from tests.conftest import noise_image
-from tests.webserver import WebServer
+from tests.support.webserver import WebServer
 
 pytestmark = pytest.mark.slow
 FAST = RetryPolicy(base_delay=0.02, max_delay=0.2, patience=20.0, read_timeout=5.0)

@@ -1,6 +1,6 @@
 """Someone else's WebDataset over HTTP: shards written by upstream webdataset's TarWriter (JPEG,
 PNG and WebP images, captions on two samples in three), served on 127.0.0.1 by a real HTTP/1.1
-server (tests/webserver.py) that honours Range and ETag, or ignores Range, wants a token, goes
+server (tests/support/webserver.py) that honours Range and ETag, or ignores Range, wants a token, goes
 away, stalls or cuts bodies short. The loader reads the data set once per epoch, counts it
 without downloading it where an index says, waits out an outage without losing or repeating a
 sample, and says in one line what is wrong when the server stays down."""
@@ -21,7 +21,7 @@ import webdataset as wds
 
 from loaders import RetryPolicy, make_loader
 from tests.conftest import REPO, noise_image
-from tests.webserver import WebServer
+from tests.support.webserver import WebServer
 from wdstool.base.errors import ShardError, StorageError
 
 pytestmark = pytest.mark.slow
@@ -253,7 +253,7 @@ def test_a_two_rank_job_counts_the_data_set_once(foreign: Path, tmp_path: Path) 
     """examples/train_ddp.py on 2 ranks x 2 workers over HTTP, no index: rank 0 scans the
     shards, every rank gets the counts (one collective), and the job reads the data set at
     most about twice in all: once for the scan, once for the epoch."""
-    from tests.loaders.test_torchrun import torchrun
+    from tests.support.torchrun import torchrun
 
     data = sum(p.stat().st_size for p in foreign.glob("*.tar"))
     with WebServer(foreign) as srv:

@@ -98,7 +98,7 @@ def test_readers_of_a_shard_being_filled_follow_the_one_download(
 ) -> None:
     """Three readers open the same shard at once (as two ranks of a node do at a boundary
     shard): one GET in all; every reader gets every byte."""
-    from tests.countproxy import CountingProxy
+    from tests.support.countproxy import CountingProxy
 
     url, data = next(iter(objects.items()))
     with CountingProxy(s3_server.endpoint_url) as proxy:

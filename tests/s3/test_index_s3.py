@@ -10,7 +10,7 @@ import fsspec
 import pytest
 
 from tests.conftest import make_tree, run_cli
-from tests.dali_idx import check_index_against_tar
+from tests.support.dali_idx import check_index_against_tar
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ import pytest
 
 from shard_writer.pack import PackOptions, pack
 from tests.conftest import REPO, make_tree
-from tests.countproxy import CountingProxy
-from tests.loaders.test_torchrun import free_port, torchrun_env
+from tests.support.countproxy import CountingProxy
+from tests.support.torchrun import free_port, torchrun_env
 
 pytestmark = pytest.mark.slow
 NODES, PER_NODE = 2, 2

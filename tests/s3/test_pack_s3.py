@@ -235,7 +235,7 @@ def test_pack_through_faults_gives_the_same_bytes(
 ) -> None:
     """503 SlowDown, 500, resets and responses cut short on every other new connection: the
     pack retries and finishes with exactly the bytes of a fault-free pack."""
-    from tests.faultproxy import FaultProxy
+    from tests.support.faultproxy import FaultProxy
 
     faults = ["503", "ok", "500", "ok", "reset", "ok", "drop:200", "ok"]
     with FaultProxy(s3_server.port, faults, cycle=True) as proxy:

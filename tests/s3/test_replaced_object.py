@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from tests.faultproxy import FaultProxy
+from tests.support.faultproxy import FaultProxy
 from wdstool.base.errors import StorageError
 from wdstool.base.remote import open_shard
 from wdstool.base.retry import RetryPolicy

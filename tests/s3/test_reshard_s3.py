@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import dir_bytes, make_tree, run_cli
 from tests.s3.test_pack_from_s3 import upload_tree
 from tests.s3.test_pack_s3 import _objects
-from tests.tar_reference import foreign_shards
+from tests.support.tar_reference import foreign_shards
 
 pytestmark = pytest.mark.slow
 

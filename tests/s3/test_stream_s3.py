@@ -12,7 +12,7 @@ import torch
 from loaders import make_loader
 from shard_writer.pack import PackOptions, pack
 from tests.conftest import make_tree
-from tests.faultproxy import FaultProxy
+from tests.support.faultproxy import FaultProxy
 from wdstool.base.errors import StorageError
 from wdstool.base.retry import RetryPolicy
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import dir_bytes, make_tree, run_cli
-from tests.tar_reference import dataset_samples
+from tests.support.tar_reference import dataset_samples
 
 
 @pytest.fixture(scope="module")

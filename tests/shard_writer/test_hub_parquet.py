@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import dir_bytes, jpeg_bytes, png_bytes, run_cli
-from tests.tar_reference import dataset_samples
+from tests.support.tar_reference import dataset_samples
 
 
 @pytest.fixture(scope="module")

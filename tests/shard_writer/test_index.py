@@ -11,7 +11,7 @@ import pytest
 from shard_writer.index import index_location, scan_dali_index, write_dali_indexes
 from shard_writer.pack import PackOptions, pack
 from tests.conftest import jpeg_bytes, run_cli
-from tests.dali_idx import check_index_against_tar
+from tests.support.dali_idx import check_index_against_tar
 from wdstool.base.errors import ShardError
 from wdstool.format.manifest import parse_manifest
 

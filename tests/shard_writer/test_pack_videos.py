@@ -17,7 +17,7 @@ from shard_writer.probe import EncodeOptions, probe_one
 from shard_writer.sample_videos import VideoSettings, encode_video
 from shard_writer.scan import scan_imagefolder
 from tests.conftest import dir_bytes, jpeg_bytes, make_tree, run_cli
-from tests.videos import shard_samples
+from tests.support.videos import shard_samples
 from wdstool.base.errors import InputError
 from wdstool.format.manifest import MANIFEST_NAME
 from wdstool.format.tar_write import END, member_bytes

@@ -16,7 +16,7 @@ import pytest
 from shard_writer.options import ReshardOptions
 from shard_writer.reshard import reshard
 from tests.conftest import dir_bytes, make_tree, run_cli
-from tests.tar_reference import dataset_samples, foreign_shards, read_samples
+from tests.support.tar_reference import dataset_samples, foreign_shards, read_samples
 from wdstool.base.errors import InputError
 
 

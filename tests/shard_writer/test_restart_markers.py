@@ -18,7 +18,7 @@ import wdstool.format.restart as restart
 from shard_writer.options import PackOptions
 from shard_writer.sample_data import render
 from tests.conftest import jpeg_bytes, run_cli
-from tests.tar_reference import dataset_samples
+from tests.support.tar_reference import dataset_samples
 from wdstool.format.decode import decode_rgb
 
 pytestmark = pytest.mark.skipif(not restart.available(), reason="_jpegtran not built")

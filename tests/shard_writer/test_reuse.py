@@ -24,7 +24,7 @@ from shard_writer.publish import STATE_NAME, fingerprint, prepare_dest
 from shard_writer.scan import Scan, SourceFile
 from shard_writer.write import ShardOutcome, marker_name
 from tests.conftest import dir_bytes, make_tree
-from tests.countproxy import CountingProxy
+from tests.support.countproxy import CountingProxy
 from wdstool.base.errors import DestinationError, ShardError
 
 OPTIONS = PackOptions(workers=1, max_count=4)

@@ -11,7 +11,7 @@ import pytest
 from shard_writer.options import ReshardOptions
 from shard_writer.split import assign, parse_fractions, split
 from tests.conftest import make_tree, run_cli
-from tests.tar_reference import dataset_samples
+from tests.support.tar_reference import dataset_samples
 from wdstool.base.errors import ConfigError
 
 

@@ -13,7 +13,8 @@ import pytest
 from shard_writer.pack import PackOptions, pack
 from shard_writer.verify import UnsafeMember, verify_dataset
 from tests.conftest import run_cli
-from tests.unsafe_shards import KINDS, add, sample, shard_name, write_manifest, write_shard
+from tests.support.tars import add, sample
+from tests.support.unsafe_shards import KINDS, shard_name, write_manifest, write_shard
 from wdstool.base.errors import ShardError, UnsafeMembersError
 
 

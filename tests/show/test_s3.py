@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.countproxy import CountingProxy
 from tests.show.conftest import Truth, spans
+from tests.support.countproxy import CountingProxy
 from wdstool.show import ShowConfig, build_report
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,7 @@ from PIL import Image
 
 from shard_writer import PackOptions, pack
 from shard_writer.sample_videos import VideoSettings, frame_index, generate_sample_videos
-from tests.videos import shard_samples, video_bytes, write_shards
+from tests.support.videos import shard_samples, video_bytes, write_shards
 from wdstool.format.video import VideoInfo, probe_video, video_kind
 from wdstool.show import ShowConfig, build_report
 from wdstool.show.strip import STRIP_FRAMES, strip_indices, video_strip

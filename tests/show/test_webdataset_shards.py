@@ -17,9 +17,9 @@ import webdataset as wds
 from PIL import Image
 
 from shard_writer.sample_data import render
-from tests.countproxy import CountingProxy
 from tests.show.conftest import spans
-from tests.webserver import WebServer
+from tests.support.countproxy import CountingProxy
+from tests.support.webserver import WebServer
 from wdstool.format.fields import LabelSpec
 from wdstool.format.tar_write import END, write_member
 from wdstool.show import ShowConfig, build_report

@@ -348,7 +348,7 @@ class _ControlHandler(_Handler):
 
 
 class WebServer:
-    """The server (see the module's docstring), run by ``python -m tests.webserver``."""
+    """The server (see the module's docstring), run by ``python -m tests.support.webserver``."""
 
     def __init__(self, root: Path, **options: Any) -> None:
         """``options``: the server process's (:class:`_Server`: ``ranges``, ``token``,
@@ -368,9 +368,9 @@ class WebServer:
     def start(self) -> None:
         if self._proc is not None:
             return
-        cmd = [sys.executable, "-m", "tests.webserver", str(self.root), str(self.port)]
+        cmd = [sys.executable, "-m", "tests.support.webserver", str(self.root), str(self.port)]
         env = {**os.environ, "WEBSERVER_CONFIG": json.dumps(self.config)}
-        repo = Path(__file__).resolve().parent.parent
+        repo = Path(__file__).resolve().parents[2]
         self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, cwd=repo, env=env, text=True)
         line = self._proc.stdout.readline()  # type: ignore[union-attr]
         if not line.startswith("port "):

@@ -6,9 +6,9 @@ runs those tests once to learn which test reaches which function, then runs, for
 only the tests that reach the mutated function. A surviving mutant is either killed by a new
 test or listed, with the reason it is equivalent, in ``tests/EQUIVALENT_MUTANTS.md``.
 
-    python tests/mutation.py                  # every target, one after the other
-    python tests/mutation.py retry tar_read   # some of them
-    python tests/mutation.py --list           # the targets and their tests
+    python tests/support/mutation.py                  # every target, one after the other
+    python tests/support/mutation.py retry tar_read   # some of them
+    python tests/support/mutation.py --list           # the targets and their tests
 
 Prints, and writes to ``build/mutants/summary.md``, the kill rate per target: killed / (killed +
 survived); mutants no test reaches count as survivors. Slow: minutes to hours per target on 2
@@ -28,7 +28,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "build" / "mutants"
 PACKAGES = ("wdstool", "shard_writer", "loaders")
 

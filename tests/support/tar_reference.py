@@ -15,6 +15,7 @@ import tarfile
 from pathlib import Path
 
 from tests.conftest import jpeg_bytes, png_bytes
+from tests.support.tars import add
 
 
 class Canary:
@@ -39,10 +40,8 @@ def _npy(seed: int) -> bytes:
     return out.getvalue()
 
 
-def _add(tf: tarfile.TarFile, name: str, data: bytes, mtime: int = 1_700_000_000) -> None:
-    info = tarfile.TarInfo(name)
-    info.size, info.mtime, info.mode = len(data), mtime, 0o640
-    tf.addfile(info, io.BytesIO(data))
+def _add(tf: tarfile.TarFile, name: str, data: bytes) -> None:
+    add(tf, name, data, mtime=1_700_000_000, mode=0o640)
 
 
 def foreign_shards(root: Path, canary: Path) -> Path:

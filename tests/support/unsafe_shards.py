@@ -8,31 +8,16 @@ so the shard's samples and counts stay exactly those of a clean shard.
 from __future__ import annotations
 
 import hashlib
-import io
 import tarfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from tests.conftest import jpeg_bytes
+from tests.support.tars import add, sample
 from wdstool.format.manifest import ShardEntry, build_manifest
 
 NON_UTF8 = b"caf\xe9-\xff".decode("utf-8", "surrogateescape")
 LONG_DIR = "d" * 120
 USTAR_SPLIT = "d" * 60 + "/../" + "e" * 99
-
-
-def add(tf: tarfile.TarFile, name: str, data: bytes = b"", kind: bytes = tarfile.REGTYPE, **kw):
-    info = tarfile.TarInfo(name)
-    info.type = kind
-    info.size = len(data) if kind == tarfile.REGTYPE else 0
-    for k, v in kw.items():
-        setattr(info, k, v)
-    tf.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
-
-
-def sample(tf: tarfile.TarFile, key: str, seed: int, label: int = 0) -> None:
-    add(tf, f"{key}.jpg", jpeg_bytes(seed))
-    add(tf, f"{key}.cls", b"%d" % label)
 
 
 # kind -> (plant one member, the member's name as verify prints it, the tar format to write)
