@@ -1,12 +1,15 @@
-"""The loader's settings: a few frozen values, each rule checked once, where its value is built.
+"""The loader's settings: a few frozen values, each rule checked once, where its value is built,
+gathered in one :class:`LoaderConfig` that everything downstream of ``make_loader`` reads.
 
 - what an epoch is: :class:`loaders.plan.EpochSpec` (seed, batch size, shuffle and its buffer,
-  ``uneven``, ``drop_last``), the plan's own;
+  ``uneven``, ``drop_last``), the plan's own; what it holds: ``epoch_size``, ``repeats``
+  (the mixture's, ``loaders.plan.mixture``);
+- what turns images into pixels: :class:`loaders.recipe.book.Recipes`;
+- what a batch is made of: :class:`BatchSettings`, and a kind's own settings object
+  (``sample``: a :class:`loaders.Clips`; ``loaders.kinds``), ``pads``;
 - where the workers run: :class:`WorkerSettings`;
-- what a batch is made of: :class:`BatchSettings`;
 - where the data is: :class:`loaders.source.ShardAccess`; who this rank is:
-  :class:`loaders.plan.Topology`; what turns images into pixels:
-  :class:`loaders.recipe.book.Recipes`.
+  :class:`loaders.plan.Topology` (kept beside the config: the autotuner changes its workers).
 
 ``make_loader``'s flat keywords are a thin layer that builds these; its defaults are theirs (a
 test holds the two together).
@@ -16,8 +19,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from loaders.plan import EpochSpec, as_enum
+from loaders.recipe.book import Recipes
+from loaders.schema import Pad
 from wdstool.base.errors import ConfigError, OnError
 
 
@@ -91,8 +97,15 @@ class LoaderConfig:
     """The settings of one loader (see the module's docstring)."""
 
     epoch: EpochSpec = field(default_factory=EpochSpec)
-    workers: WorkerSettings = field(default_factory=WorkerSettings)
+    epoch_size: int | None = None  # samples per epoch (None: the sources' total)
+    repeats: int = 1  # each sample k times an epoch, each copy with its own draws
+    recipes: Recipes = field(default_factory=lambda: Recipes(None))
     batch: BatchSettings = field(default_factory=BatchSettings)
+    sample: Any = None  # a kind's own settings (loaders.Clips), None: images
+    pads: tuple[tuple[str, Pad], ...] = ()  # fields batched by padding (pad_fields)
+    with_source: bool = False  # batches carry "source" (a mixture of Source objects)
+    workers: WorkerSettings = field(default_factory=WorkerSettings)
+    max_workers: int = 0  # the most workers the autotuner may give it (buffers laid out)
     stats: bool = True  # the stage clocks and per-batch records of loader.stats()
 
 

@@ -9,32 +9,30 @@ mixture that epoch was planned with, which may differ from the loader's own from
 from __future__ import annotations
 
 import multiprocessing as mp
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
-import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from loaders.batch import BatchAssembler, DecodeSpec
-from loaders.clips import ClipRecipe, Clips
-from loaders.config import LoaderConfig, OnError, Output
+from loaders.batch import BatchAssembler
+from loaders.config import LoaderConfig, OnError
 from loaders.delivery import Delivery
+from loaders.kinds import kind_for
 from loaders.plan import (
     MixSource,
     Mixture,
     RankPlan,
     Segment,
     Topology,
-    Uneven,
     num_batches,
     plan_epoch,
     plan_resumed,
 )
-from loaders.pool import BufferPool, SharedPool, batch_bytes
+from loaders.pool import BufferPool, SharedPool
 from loaders.read import SourceReader, shard_reader, worker_stream
 from loaders.recipe import Recipe, Where
 from loaders.recipe.book import Recipes
-from loaders.schema import Pad, SampleSchema
+from loaders.schema import SampleSchema
 from loaders.source import DatasetIndex, ShardAccess, identity_key
 from wdstool.base.errors import ConfigError
 from wdstool.format.images import IMAGE_EXTENSIONS
@@ -85,57 +83,29 @@ class ShardStreamDataset(IterableDataset):
     """Yields this rank's batches for the current epoch; one worker's share in each worker."""
 
     def __init__(
-        self,
-        sources: Sequence[LoaderSource],
-        config: LoaderConfig,
-        topology: Topology,
-        *,
-        recipes: Recipes | None = None,
-        epoch_size: int | None = None,
-        repeats: int = 1,
-        with_source: bool = False,
-        max_workers: int = 0,
-        clips: Clips | None = None,
-        pads: Mapping[str, Pad] | None = None,
+        self, sources: Sequence[LoaderSource], config: LoaderConfig, topology: Topology
     ) -> None:
-        """``recipes``: what turns each image into the batch's pixels, per epoch and view
-        (default: the built-in train recipe); ``epoch_size`` and ``repeats``: the mixture's
-        (``loaders.plan.mixture``); ``topology``: this rank and its worker count;
-        ``max_workers``: the most workers it may be given later (``reconfigure``: the batch
-        buffers are laid out for them); ``clips``: video samples become clips
-        (``loaders.clips``); ``pads``: fields batched by padding (``loaders.schema.Pad``)."""
+        """``config``: everything ``make_loader`` was given (``loaders.config``), its kind of
+        output (``loaders.kinds``) among it; ``topology``: this rank and its worker count (the
+        batch buffers are laid out for ``config.max_workers`` if more: ``reconfigure``)."""
         self.sources = tuple(sources)
-        self.clips = clips
-        self.pads = dict(pads or {})
-        if clips is not None and clips.audio is not None:
-            self.pads.setdefault("audio", Pad(0.0, dim=-1))
         self.config = config
         self.topology = topology
-        if recipes is None:
-            recipes = Recipes(None)
-        self.recipes = recipes
-        self.with_source = with_source
+        self.kind = kind_for(config)
         self.mixture = Mixture(
             tuple(MixSource(s.index.sizes, s.weight, s.key) for s in self.sources),
-            epoch_size,
-            repeats=repeats,
+            config.epoch_size,
+            repeats=config.repeats,
         )
         # shared with (persistent) workers: [epoch]
         self._shared = mp.get_context().RawArray("q", 1)
         # batch buffer slots per worker, one flag byte each (loaders.pool: FREE, OUT, HELD)
-        streams = max(topology.streams, max_workers)
+        streams = max(topology.streams, config.max_workers)
         self._pool_flags = mp.get_context().RawArray("b", streams * POOL_SLOTS)
         # batch buffers the main process owns and the workers write (see SharedPool)
         self._shared_pool: SharedPool | None = None
         self._pools: dict[int, BufferPool] = {}
-        sizes = recipes.largest()  # sized once, for the largest of a size schedule
-        output = config.batch.output
-        dtype = torch.float32 if output == Output.FLOAT else torch.uint8
-        self._batch_nbytes = (
-            batch_bytes(config.epoch.batch_size, sizes, dtype, clips.frames if clips else 0)  # type: ignore[arg-type]
-            if None not in sizes and output != Output.ENCODED
-            else 0
-        )
+        self._batch_nbytes = self.kind.slot_bytes(config)
         # set by StreamingLoader.load_state_dict before workers start
         self.resume: Resume | None = None
         self._resumed_plan: tuple[Resume, RankPlan] | None = None
@@ -157,6 +127,15 @@ class ShardStreamDataset(IterableDataset):
             self._shared_pool = SharedPool(
                 len(self._pool_flags), self._batch_nbytes, self._pool_flags
             )
+
+    @property
+    def recipes(self) -> Recipes:
+        return self.config.recipes
+
+    @property
+    def shared_pool(self) -> SharedPool | None:
+        """The batch slots (None before the first pass, or where batches are allocated)."""
+        return self._shared_pool
 
     def batch_nbytes(self) -> int:
         """Bytes of one batch's pixels (0 where the size is not known ahead)."""
@@ -183,7 +162,7 @@ class ShardStreamDataset(IterableDataset):
             f"{len(self.sources)} sources, rank {t.rank}/{t.world_size}, {t.num_workers} "
             f"workers, {self._len} batches of {self.config.epoch.batch_size} per epoch; "
             f"{self.recipes}"
-            + (f"; {self.clips.describe(self.recipes.train)}" if self.clips else "")
+            + (f"; {self.config.sample.describe(self.recipes.train)}" if self.config.sample else "")
         )
 
     @property
@@ -292,24 +271,12 @@ class ShardStreamDataset(IterableDataset):
         if pool is not None:  # slots of an abandoned pass that never reached the loop
             pool.reclaim()
         assembler = BatchAssembler(
-            DecodeSpec(
-                recipes=self.recipes.at(self.epoch),
-                views=self.recipes.views is not None,
-                output=b.output.value,
-                where=Where.WORKER if in_worker else Where.THREAD if pooled else Where.MAIN,
-                on_error=b.on_error.value,
-                channels_last=b.channels_last,
-                scaled_decode=b.scaled_decode,
-                schemas=tuple(s.schema for s in sources),
-                source_ids=ids if self.with_source else None,
-                with_valid=spec.uneven is Uneven.MASK,
-                stats=self.config.stats,
-                clips=None
-                if self.clips is None
-                else ClipRecipe(self.clips, self.recipes.at(self.epoch)[0], self.recipes.train),
-                pads=tuple(self.pads.items()),
-            ),
-            f"aug:{spec.seed}:{self.epoch}",
+            self.config,
+            self.kind(self.config, self.recipes.at(self.epoch)),
+            schemas=tuple(s.schema for s in sources),
+            source_ids=ids if self.config.with_source else None,
+            where=Where.WORKER if in_worker else Where.THREAD if pooled else Where.MAIN,
+            aug_seed=f"aug:{spec.seed}:{self.epoch}",
             shared=pooled and in_worker,
             pool=pool,
         )

@@ -10,13 +10,13 @@ from typing import Any, NamedTuple
 
 import torch
 
-from loaders.pool import PACK_LIMIT, Packed, Pooled, new_batch
+from loaders.pool import PACK_LIMIT, BufferPool, Packed, Pooled, new_tensor
 
 
 class Decoded(NamedTuple):
     """One sample as the assembler batches it."""
 
-    image: Any  # the recipe's tensor per view; output="encoded": (bytes, Geometry)
+    payload: Any  # what its kind batches (loaders.kinds): a tensor per view, (bytes, Geometry)...
     label: int | None
     key: str
     fields: dict[str, Any] | None
@@ -53,30 +53,22 @@ class Slot:
     """Where one batch's tensors go: carved one after another out of a free slot of the
     worker's pool (they cross as coordinates), or allocated where none is free (slot -1)."""
 
-    def __init__(self, assembler: Any, n: int) -> None:  # a loaders.batch.BatchAssembler
-        self.pool, self.n = assembler.pool, n
-        self.shared, self.channels_last = assembler.shared, assembler.spec.channels_last
-        clips = assembler.spec.clips
-        self.frames = clips.clips.frames if clips is not None else 0  # clips: [n,T,3,h,w]
-        self.cthw = clips is not None and clips.clips.layout.value == "CTHW"
-        self.slot = self.pool.get() if self.pool is not None else -1
+    def __init__(self, pool: BufferPool | None, n: int, shared: bool) -> None:
+        self.pool, self.n, self.shared = pool, n, shared
+        self.slot = pool.get() if pool is not None else -1
         self.offset = 0
         self.coords: dict[int, Pooled] = {}  # id of a carved tensor -> its coordinates
 
-    def tensor(self, size: Any, dtype: torch.dtype) -> tuple[torch.Tensor, Any]:
-        """An [n,3,h,w] batch of ``size`` (a clips loader's: [n,T,3,h,w] or [n,3,T,h,w]; or
-        [n] labels for ``size`` None), and what to send for it."""
-        frames = self.frames if size is not None else 0
+    def tensor(
+        self, shape: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype
+    ) -> torch.Tensor:
+        """A tensor of ``shape`` and ``stride``: carved out of the slot, or allocated."""
         if self.slot < 0:
-            assert size is not None
-            t = new_batch(self.n, size, self.shared, dtype, self.channels_last, frames, self.cthw)
-            return t, t
+            return new_tensor(shape, stride, dtype, self.shared)
         shared = self.pool.shared  # type: ignore[union-attr]
-        t, coords, self.offset = shared.carve(
-            self.slot, self.offset, self.n, size, dtype, self.channels_last, frames, self.cthw
-        )
+        t, coords, self.offset = shared.carve(self.slot, self.offset, shape, stride, dtype)
         self.coords[id(t)] = coords
-        return t, coords
+        return t
 
     def send(self, t: torch.Tensor) -> Any:
         """What crosses for ``t``: its coordinates if it was carved out of the slot."""
@@ -84,36 +76,42 @@ class Slot:
 
 
 class BatchMeta:
-    """Everything a batch carries besides the pixels, collected sample by sample: labels (when
-    any source has them), keys, fields, sources and valid flags (when asked for), and which
-    shards the batch's replaced samples came from."""
+    """Everything a batch carries besides the kind's entries, collected sample by sample:
+    labels (``labelled``: when any source has them), keys, field rows (``fielded``), sources
+    (``source_ids``) and valid flags (``with_valid``)."""
 
-    def __init__(self, n: int, assembler: Any) -> None:  # a loaders.batch.BatchAssembler
-        spec = assembler.spec
-        self.assembler = assembler
-        self.labels = torch.empty(n, dtype=torch.int64) if assembler._labelled else None
+    def __init__(
+        self,
+        n: int,
+        *,
+        labelled: bool,
+        fielded: bool,
+        source_ids: tuple[int, ...] | None,
+        with_valid: bool,
+    ) -> None:
+        self.labels = torch.empty(n, dtype=torch.int64) if labelled else None
+        self.fielded = fielded
         self.keys: list[str] = []
         self.rows: list[dict[str, Any]] = []
-        self.ids = spec.source_ids
-        self.sources = torch.empty(n, dtype=torch.int64) if self.ids is not None else None
-        self.valid = torch.empty(n, dtype=torch.bool) if spec.with_valid else None
-        assembler.replaced_from = {}
-        assembler.replaced_why = {}
+        self.ids = source_ids
+        self.sources = torch.empty(n, dtype=torch.int64) if source_ids is not None else None
+        self.valid = torch.empty(n, dtype=torch.bool) if with_valid else None
 
     def add(self, i: int, got: Decoded) -> None:
-        _img, label, key, values, source, valid = got
+        _payload, label, key, values, source, valid = got
         if self.labels is not None:
             self.labels[i] = label
         self.keys.append(key)
-        if self.assembler._fielded:  # one row per sample, {} for a source without fields
+        if self.fielded:  # one row per sample, {} for a source without fields
             self.rows.append(values or {})
         if self.sources is not None:
             self.sources[i] = self.ids[source]  # type: ignore[index]
         if self.valid is not None:
             self.valid[i] = valid
 
-    def into(self, batch: dict[str, Any], labels: Any) -> None:
-        """Add the entries to ``batch`` (``labels`` as given: it may be pooled by now)."""
+    def into(self, batch: dict[str, Any], labels: Any, fields: dict[str, Any]) -> None:
+        """Add the entries to ``batch`` (``labels`` as given: it may be pooled by now; the
+        collated ``fields``)."""
         if labels is not None:
             batch["labels"] = labels
         batch["keys"] = self.keys
@@ -121,13 +119,16 @@ class BatchMeta:
             batch["source"] = self.sources
         if self.valid is not None:
             batch["valid"] = self.valid
-        batch.update(self.assembler._fields.collate(self.rows, self.assembler._field_names))
-        if self.assembler.shared:  # in a worker process: small tensors cross by value
-            for name, value in batch.items():
-                if (
-                    name != "pixel_values"
-                    and isinstance(value, torch.Tensor)
-                    and value.device.type == "cpu"
-                    and value.nbytes <= PACK_LIMIT
-                ):
-                    batch[name] = Packed(value)
+        batch.update(fields)
+
+
+def pack_small(batch: dict[str, Any]) -> None:
+    """In a worker process: the batch's small tensors cross by value (:class:`Packed`)."""
+    for name, value in batch.items():
+        if (
+            name != "pixel_values"
+            and isinstance(value, torch.Tensor)
+            and value.device.type == "cpu"
+            and value.nbytes <= PACK_LIMIT
+        ):
+            batch[name] = Packed(value)

@@ -271,25 +271,25 @@ class StreamingLoader(Watching):
         """The batch of a delivery as the user gets it: pooled pixels resolved (a view of the
         pool slot, held until no reference to it is left; or, pinned, a copy and the slot
         freed), pooled labels copied, small tensors back from numpy (pinned where asked)."""
-        batch, slot, pool = d.batch, d.slot, self.dataset._shared_pool
+        batch, slot, pool = d.batch, d.slot, self.dataset.shared_pool
         pin = self.pin_memory or bool(getattr(self.dataloader, "pin_memory", False))
-        key = "views" if "views" in batch else "video" if "video" in batch else "pixel_values"
+        key, listed = self.dataset.kind.pixel_key, self.dataset.kind.listed
         for name, value in batch.items():
             if isinstance(value, Packed):
                 batch[name] = value.tensor().pin_memory() if pin else value.tensor()
             elif isinstance(value, Pooled):  # the labels (pixels are resolved below)
                 batch[name] = value.resolve().clone() if name != key else value
-        pixels = batch[key] if key == "views" else [batch.get(key)]
+        pixels = batch[key] if listed else [batch.get(key)]
         pooled = slot >= 0 and isinstance(pixels[0], Pooled)
         if pooled and not self.pin_memory:  # views of the slot: held until unreferenced
             pixels = [p.resolve() for p in pixels]
-            batch[key] = pixels if key == "views" else pixels[0]
+            batch[key] = pixels if listed else pixels[0]
             pool.hold(slot)  # type: ignore[union-attr]
             self._recycle(slot, pixels)
             return batch
         if pooled:  # decode threads with pin_memory: pinned copies
             pixels = [p.pin_memory() for p in pixels]
-            batch[key] = pixels if key == "views" else pixels[0]
+            batch[key] = pixels if listed else pixels[0]
         if slot >= 0:  # copied out, here or by the pin-memory thread: the slot is free
             pool.release(slot)  # type: ignore[union-attr]
             self.buffers_returned += 1
@@ -312,7 +312,7 @@ class StreamingLoader(Watching):
         still = []
         for refs, s in self._outstanding:
             if all(ref() is None for ref in refs):
-                self.dataset._shared_pool.release(s)  # type: ignore[union-attr]
+                self.dataset.shared_pool.release(s)  # type: ignore[union-attr]
                 self.buffers_returned += 1
             else:
                 still.append((refs, s))

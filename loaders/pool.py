@@ -28,35 +28,22 @@ def _hw(size: Size) -> tuple[int, int]:
     return (size, size) if isinstance(size, int) else size
 
 
-def _shape(
-    n: int, size: Size, channels_last: bool, frames: int = 0, cthw: bool = False
-) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(shape, strides in elements) of an [n,3,h,w] batch, its memory [n,h,w,3] when
-    ``channels_last``; of clips of ``frames`` frames: [n,T,3,h,w], or [n,3,T,h,w] (``cthw``)."""
+Layout = tuple[tuple[int, ...], tuple[int, ...]]  # (shape, strides in elements)
+
+
+def image_layout(n: int, size: Size, channels_last: bool = False) -> Layout:
+    """An [n,3,h,w] batch; its memory [n,h,w,3] when ``channels_last``."""
     h, w = _hw(size)
-    if frames:
-        if cthw:
-            return (n, 3, frames, h, w), (3 * frames * h * w, frames * h * w, h * w, w, 1)
-        return (n, frames, 3, h, w), (3 * frames * h * w, 3 * h * w, h * w, w, 1)
     if channels_last:
         return (n, 3, h, w), (3 * h * w, 1, 3 * w, 3)
     return (n, 3, h, w), (3 * h * w, h * w, w, 1)
 
 
-def new_batch(
-    n: int,
-    size: Size,
-    shared: bool,
-    dtype: torch.dtype = torch.uint8,
-    channels_last: bool = False,
-    frames: int = 0,
-    cthw: bool = False,
+def new_tensor(
+    shape: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype, shared: bool
 ) -> torch.Tensor:
-    """A [n,3,h,w] tensor (``size`` (h, w), or an int: square), allocated in shared memory
-    inside DataLoader workers so that handing it to the main process costs no extra copy; with
-    ``channels_last`` its memory is [n,h,w,3] (``torch.channels_last`` strides); with
-    ``frames``, clips (see :func:`_shape`)."""
-    shape, stride = _shape(n, size, channels_last, frames, cthw)
+    """A tensor of ``shape`` and ``stride``, allocated in shared memory inside DataLoader
+    workers (``shared``) so that handing it to the main process costs no extra copy."""
     numel = shape[0] * stride[0]
     if shared:
         try:
@@ -68,13 +55,28 @@ def new_batch(
     return torch.empty_strided(shape, stride, dtype=dtype)
 
 
-def batch_bytes(batch_size: int, sizes: list[Size], dtype: torch.dtype, frames: int = 0) -> int:
-    """Bytes of one slot: a batch of each of ``sizes`` (the views of a recipe; clips of
-    ``frames`` frames) and the labels."""
+def new_batch(
+    n: int,
+    size: Size,
+    shared: bool,
+    dtype: torch.dtype = torch.uint8,
+    channels_last: bool = False,
+) -> torch.Tensor:
+    """A [n,3,h,w] tensor (``size`` (h, w), or an int: square), in shared memory where
+    ``shared``; with ``channels_last`` its memory is [n,h,w,3]."""
+    return new_tensor(*image_layout(n, size, channels_last), dtype, shared)
+
+
+def slot_bytes(pixel_bytes: int, batch_size: int) -> int:
+    """Bytes of one slot: a batch's pixels (every view's) and its labels."""
+    return _align(pixel_bytes) + batch_size * 8
+
+
+def batch_bytes(batch_size: int, sizes: list[Size], dtype: torch.dtype) -> int:
+    """Bytes of one slot of [B,3,h,w] batches: one of each of ``sizes`` and the labels."""
     itemsize = torch.empty(0, dtype=dtype).element_size()
-    per = max(1, frames)
-    pixels = sum(batch_size * per * 3 * _hw(s)[0] * _hw(s)[1] * itemsize for s in sizes)
-    return _align(pixels) + batch_size * 8
+    pixels = sum(batch_size * 3 * _hw(s)[0] * _hw(s)[1] * itemsize for s in sizes)
+    return slot_bytes(pixels, batch_size)
 
 
 def _align(n: int) -> int:
@@ -108,20 +110,12 @@ class SharedPool:
         self,
         slot: int,
         offset: int,
-        n: int,
-        size: Size | None,
+        shape: tuple[int, ...],
+        stride: tuple[int, ...],
         dtype: torch.dtype,
-        channels_last: bool = False,
-        frames: int = 0,
-        cthw: bool = False,
     ) -> tuple[torch.Tensor, Pooled, int]:
-        """A tensor at byte ``offset`` of ``slot`` — [n,3,h,w] of ``size`` (clips: see
-        :func:`_shape`), or [n] for labels (``size`` None) — its coordinates, and the offset
-        after it."""
-        if size is None:
-            shape, stride = (n,), (1,)
-        else:
-            shape, stride = _shape(n, size, channels_last, frames, cthw)
+        """A tensor of ``shape`` and ``stride`` at byte ``offset`` of ``slot``, its
+        coordinates, and the offset after it."""
         itemsize = torch.empty(0, dtype=dtype).element_size()
         nbytes = _align(shape[0] * stride[0] * itemsize)
         if offset + nbytes > self.slot_bytes:

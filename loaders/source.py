@@ -155,11 +155,13 @@ class ShardAccess:
     travels to DataLoader workers)."""
 
     storage_options: dict[str, Any] | None = None
-    cache_dir: str | None = None
+    cache_dir: str | os.PathLike[str] | None = None
     cache_limit: int | None = None
-    retry: RetryPolicy = field(default=DEFAULT_RETRY)
+    retry: RetryPolicy = field(default=DEFAULT_RETRY)  # None: the default policy
 
     def __post_init__(self) -> None:
+        if self.retry is None:
+            object.__setattr__(self, "retry", DEFAULT_RETRY)
         if self.cache_limit is not None:
             try:
                 limit = parse_size(self.cache_limit)

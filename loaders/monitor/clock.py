@@ -42,6 +42,13 @@ class WorkerClock:
         counters.forget(events=handoff and not thread)
         self._reset()
 
+    @classmethod
+    def for_pass(cls, stats: bool, *, thread: bool, handoff: bool) -> WorkerClock | None:
+        """The clock of a stream's pass, or None with ``stats`` off (``make_loader(stats=
+        False)``: the process's stage clocks, ``counters.enabled``, are switched off too)."""
+        counters.enabled = stats
+        return cls(thread=thread, handoff=handoff) if stats else None
+
     def _reset(self) -> None:
         self.wall0, self.cpu0 = time.perf_counter(), self._cpu()
         self.handoff = 0.0
