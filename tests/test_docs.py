@@ -154,3 +154,45 @@ def test_readme_has_links_into_the_docs() -> None:
     targets = readme_links()
     assert any(t.startswith("docs/") for t in targets)
     assert "docs/design/how-a-batch-is-made.md" in targets
+
+
+def _signature_groups() -> dict[str, list[str]]:
+    """make_loader's keyword-only parameters under each ``# group`` comment of its signature."""
+    src = inspect.getsource(loaders.make_loader)
+    groups: dict[str, list[str]] = {}
+    current = ""
+    for line in src.split(") -> StreamingLoader:", 1)[0].splitlines()[1:]:
+        line = line.strip()
+        if line.startswith("# "):
+            current = line[2:]
+            groups[current] = []
+        elif current and (m := re.match(r"(\w+):", line)):
+            groups[current].append(m.group(1))
+    return groups
+
+
+def test_make_loader_documents_each_group_of_parameters() -> None:
+    """The signature groups its keywords by meaning, the docstring has a section per group
+    naming each of them, and the reference's table heads each group."""
+    groups = _signature_groups()
+    assert list(groups) == [
+        "data and schema", "epoch", "recipe and output", "workers", "storage", "errors",
+        "topology", "watching",
+    ]  # fmt: skip
+    keyword_only = [
+        n for n, p in SIGNATURE.parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY
+    ]
+    assert [n for names in groups.values() for n in names] == keyword_only
+    doc = inspect.getdoc(loaders.make_loader) or ""
+    sections = re.split(r"^(\S[^\n]*):$", doc, flags=re.M)[1:]
+    documented = {
+        title.lower(): set(re.findall(r"^    (\w+(?:, \w+)*):", body, flags=re.M))
+        for title, body in zip(sections[::2], sections[1::2], strict=True)
+    }
+    for group, names in groups.items():
+        assert group in documented, f"make_loader's docstring has no {group!r} section"
+        listed = {n for entry in documented[group] for n in entry.split(", ")}
+        assert set(names) <= listed, f"{group}: not documented: {set(names) - listed}"
+    table = REFERENCE.read_text().split(BEGIN, 1)[1].split(END, 1)[0]
+    heads = re.findall(r"^\| \*\*(.+?)\*\* \|", table, flags=re.M)
+    assert heads == list(groups), f"{REFERENCE.name}: the table's group rows {heads}"
