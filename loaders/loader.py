@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader
 from loaders.config import LoaderConfig, WorkerMode
 from loaders.dataset import ShardStreamDataset
 from loaders.delivery import Delivery
+from loaders.monitor.autotune import Autotuner, Change
 from loaders.monitor.stats import Meter
 from loaders.pool import Packed, Pooled
 from loaders.recipe import Recipe
@@ -90,7 +91,7 @@ class StreamingLoader(Watching):
         self.meter: Meter | None = Meter() if dataset.config.stats else None
         self.exporters: list[Any] = []  # loaders.monitor.exporters: called as batches go by
         self._live: Any = None  # the DataLoader iterator of the pass running
-        self.autotuner: Any = None  # loaders.monitor.autotune.Autotuner, for "auto" settings
+        self.autotuner: Autotuner | None = None  # for "auto" settings
 
     @property
     def dataloader(self) -> Any:
@@ -230,11 +231,22 @@ class StreamingLoader(Watching):
         if meter is not None:  # the last next(), which ends the pass
             meter.ended(time.perf_counter() - asked)
 
-    def reconfigure(self, num_workers: int, prefetch_factor: int) -> None:
-        """What the autotuner changes: with decode threads, how many decode at once and the
-        depth of their queues, at once (the plan keeps its streams); with worker processes,
-        the workers and prefetch of the next pass (planned for the new count; the persistent
-        workers of the last one are shut down)."""
+    def batch_nbytes(self) -> int:
+        """Bytes of one batch's pool slot (0 where batches are allocated)."""
+        return self.dataset.batch_nbytes()
+
+    def decoding(self) -> int:
+        """Decode threads let through at once (worker processes: all of them)."""
+        if isinstance(self.dataloader, ThreadedBatches):
+            return self.dataloader.gate.limit
+        return self.topology.num_workers
+
+    def apply(self, change: Change) -> None:
+        """What the autotuner changes (``loaders.monitor.autotune``): with decode threads, how
+        many decode at once and the depth of their queues, at once (the plan keeps its
+        streams); with worker processes, the workers and prefetch of the next pass (planned
+        for the new count; the persistent workers of the last one are shut down)."""
+        num_workers, prefetch_factor = change.num_workers, change.prefetch_factor
         w = self.config.workers
         if isinstance(self.dataloader, ThreadedBatches):
             self.dataloader.gate.set_limit(num_workers)

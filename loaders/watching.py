@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from loaders.monitor.autotune import Autotuner
 from loaders.monitor.stats import LoaderStats
 from loaders.monitor.verdict import Verdict, diagnose
 from loaders.threads import ThreadedBatches
@@ -17,7 +18,7 @@ class Watching:
 
     meter: Any
     exporters: list[Any]
-    autotuner: Any
+    autotuner: Autotuner | None
 
     # --- watching ------------------------------------------------------------------------
     def stats(self, memory: bool = True) -> LoaderStats:

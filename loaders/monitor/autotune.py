@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
+from loaders.config import LoaderConfig
 from loaders.monitor.memory import owned_memory
-from loaders.monitor.stats import Sums, Window
-from loaders.topology import cores_per_rank
+from loaders.monitor.stats import Meter, Sums, Window
+from loaders.topology import Topology, cores_per_rank
 
 log = logging.getLogger("loaders.monitor")
 
@@ -58,6 +59,41 @@ class AutoSpec:
     interval: int = 20
 
 
+@dataclass(frozen=True)
+class Change:
+    """What the autotuner decides: the workers at work (decode threads let through the gate,
+    at once; worker processes, from the next pass) and the prefetch depth, and why."""
+
+    num_workers: int
+    prefetch_factor: int
+    why: str = ""
+
+
+class Tunable(Protocol):
+    """What the autotuner reads of a loader (:class:`loaders.loader.StreamingLoader` is one),
+    and the one way it changes it: :meth:`apply`."""
+
+    meter: Meter | None
+    batches_delivered: int
+
+    @property
+    def config(self) -> LoaderConfig: ...
+
+    @property
+    def topology(self) -> Topology: ...
+
+    @property
+    def epoch(self) -> int: ...
+
+    def pids(self) -> list[int]: ...
+
+    def batch_nbytes(self) -> int: ...
+
+    def decoding(self) -> int: ...
+
+    def apply(self, change: Change) -> None: ...
+
+
 class Autotuner:
     """Revises a loader's workers and prefetch depth; ``last`` says what it did and why,
     ``changes`` lists every decision ``(epoch, step, workers, prefetch, why)``."""
@@ -72,7 +108,7 @@ class Autotuner:
         self._trial: tuple[int, float] | None = None  # (workers, samples/s) before adding one
 
     # --- what the loader calls ---------------------------------------------------------------
-    def start(self, loader: Any) -> None:
+    def start(self, loader: Tunable) -> None:
         """Decode threads: as many at work as the budget holds beside this process (its
         batch buffers, prefetch deep), the plan's streams at most."""
         if loader.config.workers.mode.value != "thread" or not self.spec.workers:
@@ -83,15 +119,16 @@ class Autotuner:
         # a thread a core and one more to begin with (a decode thread waits on the GIL part of
         # its time: 3 threads made 1.1-1.2x what 2 did on 2 cores here); more where it pays
         first = cores_per_rank() + 1
-        loader.dataloader.gate.set_limit(max(1, min(first, loader.topology.num_workers, fit)))
+        limit = max(1, min(first, loader.topology.num_workers, fit))
+        loader.apply(Change(limit, loader.config.workers.prefetch_factor, "start"))
 
-    def step(self, loader: Any, step: int) -> None:
+    def step(self, loader: Tunable, step: int) -> None:
         """After each batch: with decode threads, a decision every ``interval`` steps."""
         if loader.config.workers.mode.value != "thread" or step % self.spec.interval:
             return
         self._decide(loader, live=True)
 
-    def epoch_end(self, loader: Any) -> None:
+    def epoch_end(self, loader: Tunable) -> None:
         """Between epochs: worker processes are revised here (threads too, once more)."""
         if loader.meter is not None and loader.meter.epoch.steps:
             self._decide(loader, live=False)
@@ -101,7 +138,7 @@ class Autotuner:
             self._trial = None
             self._ceiling = self.spec.max_workers
 
-    def adopt(self, loader: Any, workers: int) -> None:
+    def adopt(self, loader: Tunable, workers: int) -> None:
         """A resumed epoch ran with ``workers``: finish it with them (an exact resume)."""
         if self.spec.workers and workers != loader.topology.num_workers and workers > 0:
             self._apply(
@@ -112,13 +149,13 @@ class Autotuner:
             )
 
     # --- deciding ------------------------------------------------------------------------
-    def _window(self, loader: Any) -> Window:
+    def _window(self, loader: Tunable) -> Window:
         now = loader.meter.epoch
         w = Window.of(_minus(now, self._since))
         self._since = _minus(now, Sums())  # a copy
         return w
 
-    def _decide(self, loader: Any, *, live: bool) -> None:
+    def _decide(self, loader: Tunable, *, live: bool) -> None:
         w = self._window(loader)
         if w.steps < MIN_STEPS:
             return
@@ -181,7 +218,7 @@ class Autotuner:
             and stalled
             and w.prefetch_occupancy >= BURSTY  # the queue fills, then runs dry: bursts
             and p < MAX_PREFETCH
-            and owned + k * loader.dataset.batch_nbytes() <= self.spec.budget
+            and owned + k * loader.batch_nbytes() <= self.spec.budget
         ):
             new_p = p + 1
             why = (
@@ -191,30 +228,30 @@ class Autotuner:
         if (new_k, new_p) != (k, p):
             self._apply(loader, new_k, new_p, why)
 
-    def active(self, loader: Any) -> int:
+    def active(self, loader: Tunable) -> int:
         """Workers at work: decode threads let through the gate, or worker processes."""
         if loader.config.workers.mode.value == "thread":
-            return min(loader.dataloader.gate.limit, loader.topology.num_workers)
+            return min(loader.decoding(), loader.topology.num_workers)
         return loader.topology.num_workers
 
-    def _owned(self, loader: Any) -> tuple[int, int]:
+    def _owned(self, loader: Tunable) -> tuple[int, int]:
         """The owned memory of the loader's processes, and of this (the main) one."""
         each = [owned_memory(pid) for pid in loader.pids()]  # this process first
         return sum(each), each[0]
 
-    def _per_worker(self, loader: Any, owned: int, main: int, k: int, threads: bool) -> int:
+    def _per_worker(self, loader: Tunable, owned: int, main: int, k: int, threads: bool) -> int:
         """What one more worker would add: a batch buffer per prefetch slot for a thread; for
         a process the tree's owned memory above the main process's, per worker (measured), or
         :data:`WORKER_ESTIMATE` before any ran."""
-        slots = (loader.config.workers.prefetch_factor + 2) * loader.dataset.batch_nbytes()
+        slots = (loader.config.workers.prefetch_factor + 2) * loader.batch_nbytes()
         if threads:
             return slots
         if k and owned > main:
             return max(slots, (owned - main) // k)
         return WORKER_ESTIMATE + slots
 
-    def _apply(self, loader: Any, workers: int, prefetch: int, why: str) -> None:
-        loader.reconfigure(workers, prefetch)
+    def _apply(self, loader: Tunable, workers: int, prefetch: int, why: str) -> None:
+        loader.apply(Change(workers, prefetch, why))
         self.last = f"{workers} workers, prefetch {prefetch}: {why}"
         self.changes.append((loader.epoch, loader.batches_delivered, workers, prefetch, why))
         log.info(
@@ -240,4 +277,4 @@ def _gb(n: int) -> str:
     return f"{n / 1e9:.2f} GB"
 
 
-__all__ = ["AutoSpec", "Autotuner"]
+__all__ = ["AutoSpec", "Autotuner", "Change", "Tunable"]
