@@ -21,7 +21,7 @@ if os.environ.get("CI"):
 REPO = Path(__file__).resolve().parent.parent
 # The default RetryPolicy waits out an outage for 60 s before it gives up; tests of dead
 # endpoints (and the commands they run) give up after their attempts instead. Tests of waiting
-# out outages pass their own policy (tests/loaders/test_web_sources.py).
+# out outages pass their own policy (tests/loaders/sources/test_web_sources.py).
 os.environ.setdefault("WDSTOOL_RETRY_PATIENCE", "1")
 
 

@@ -4,7 +4,7 @@ RandAugment and TrivialAugmentWide pick among 14 ops; two of them cost far more 
 a 224 px uint8 crop (one thread, this project's 2-core machine): ``adjust_sharpness`` 3.4 ms (a
 grouped float ``conv2d``) and ``solarize`` 0.73 ms (``torch.where`` on uint8), against ~0.2 ms for
 a colour op. The kernels here compute the same outputs for uint8 CPU images, bit for bit
-(``tests/loaders/test_kernels.py`` checks them against torchvision's over random and extreme
+(``tests/loaders/recipe/test_kernels.py`` checks them against torchvision's over random and extreme
 images), in 0.55 and ~0.1 ms:
 
 - sharpness: torchvision blurs with the kernel [[1,1,1],[1,5,1],[1,1,1]] / 13 in float32 and

@@ -46,24 +46,24 @@ TARGETS = {
     "plan": Target(
         mutate=("loaders/plan/*",),
         tests=(
-            "tests/loaders/test_plan.py",
-            "tests/loaders/test_mixture_plan.py",
-            "tests/loaders/test_resume_plan.py",
-            "tests/loaders/test_plan_values.py",
+            "tests/loaders/plan/test_plan.py",
+            "tests/loaders/plan/test_mixture_plan.py",
+            "tests/loaders/plan/test_resume_plan.py",
+            "tests/loaders/plan/test_plan_values.py",
         ),
     ),
     "state": Target(
         mutate=("loaders/state.py",),
         tests=(
-            "tests/loaders/test_resume.py",
-            "tests/loaders/test_state_values.py",
-            "tests/loaders/test_mixing.py",
+            "tests/loaders/state/test_resume.py",
+            "tests/loaders/state/test_state_values.py",
+            "tests/loaders/loader/test_mixing.py",
         ),
     ),
     "tar_read": Target(
         mutate=("wdstool/format/tar_read.py",),
         tests=(
-            "tests/loaders/test_tario.py",
+            "tests/format/test_tario.py",
             "tests/format/test_tar_members.py",
             "tests/format/test_tar_headers.py",
             "tests/format/test_tar_safety.py",

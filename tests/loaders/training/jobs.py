@@ -1,4 +1,4 @@
-"""Training jobs of other libraries over make_loader (tests/loaders/*_job.py): run on 2 CPU ranks
+"""Training jobs of other libraries over make_loader (tests/loaders/training/*_job.py): run on 2 CPU ranks
 with torchrun (gloo on 127.0.0.1), then checked against plain loops over make_loader.
 
 Every job takes ``--data DATA --keys-log LOG`` (:func:`job_args`), trains 2 epochs of 4 batches
@@ -35,7 +35,7 @@ def job_args() -> argparse.Namespace:
 
 
 def run_job(job: str, log: Path, data: Path) -> None:
-    """``torchrun --nproc_per_node=2 tests/loaders/JOB --data DATA --keys-log LOG``."""
+    """``torchrun --nproc_per_node=2 tests/loaders/training/JOB --data DATA --keys-log LOG``."""
     cmd = [
         sys.executable,
         "-m",
@@ -43,7 +43,7 @@ def run_job(job: str, log: Path, data: Path) -> None:
         "--nproc_per_node=2",
         "--master_addr=127.0.0.1",
         f"--master_port={free_port()}",
-        str(REPO / "tests" / "loaders" / job),
+        str(REPO / "tests" / "loaders" / "training" / job),
         "--data",
         str(data),
         "--keys-log",

@@ -1,7 +1,7 @@
 """A torchtnt training run over make_loader, as the README shows it, for the tests: run with
 torchrun on the CPU (gloo). Every rank logs each batch's keys to LOG/rank<R>.jsonl.
 
-    torchrun --nproc_per_node=2 tests/loaders/torchtnt_job.py --data DATA --keys-log LOG
+    torchrun --nproc_per_node=2 tests/loaders/training/torchtnt_job.py --data DATA --keys-log LOG
 
 ``train(unit, loader)`` runs with torchtnt's ``DistributedCheckpointSaver`` checkpointing every
 2 training steps into LOG/ckpt (intra-epoch: the loader is Stateful, so torchtnt saves its state
@@ -25,7 +25,7 @@ from torchtnt.framework.state import State
 from torchtnt.framework.unit import TrainUnit
 
 from loaders import make_loader
-from tests.loaders.jobs import job_args
+from tests.loaders.training.jobs import job_args
 
 
 class Unit(TrainUnit[dict]):

@@ -1,7 +1,7 @@
 """``loader.stats()`` against ground truth: the loop's own clock around ``next()``, the shard
 bytes on disk, the bytes and requests a real web server saw, the cache's files; under worker
-processes, decode threads, in-process, after a resume (DDP per rank: tests/loaders/
-test_torchrun.py)."""
+processes, decode threads, in-process, after a resume (DDP per rank:
+tests/loaders/training/test_torchrun.py)."""
 
 from __future__ import annotations
 

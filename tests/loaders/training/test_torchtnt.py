@@ -1,5 +1,5 @@
 """make_loader under torchtnt: ``train(unit, loader)`` on 2 CPU ranks (torchrun, gloo on
-127.0.0.1) of tests/loaders/torchtnt_job.py, checkpointing with torchtnt's own
+127.0.0.1) of tests/loaders/training/torchtnt_job.py, checkpointing with torchtnt's own
 ``DistributedCheckpointSaver`` every 2 steps (intra-epoch: the loader is Stateful, so torchtnt
 saves its state with the unit's), then restoring the checkpoint of step 2 into a new unit and
 loader: the resumed run trains on exactly the batches the uninterrupted one did. ``set_epoch``
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.loaders.jobs import check_runs, run_job
+from tests.loaders.training.jobs import check_runs, run_job
 
 pytest.importorskip("torchtnt", reason="torchtnt is not installed (pip install -e '.[torchtnt]')")
 pytestmark = pytest.mark.slow

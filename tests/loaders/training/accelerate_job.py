@@ -2,7 +2,7 @@
 torchrun on the CPU (gloo). Every rank logs what it saw (what ``prepare`` returned, each batch's
 keys) to LOG/rank<R>.jsonl.
 
-    torchrun --nproc_per_node=2 tests/loaders/accelerate_job.py --data DATA --keys-log LOG
+    torchrun --nproc_per_node=2 tests/loaders/training/accelerate_job.py --data DATA --keys-log LOG
 
 The loader is registered with ``register_for_checkpointing``; the run calls
 ``accelerator.save_state(LOG/ckpt)`` right after batch 1 of epoch 0 and goes on to the end, as a
@@ -21,7 +21,7 @@ import torch
 from accelerate import Accelerator
 
 from loaders import make_loader
-from tests.loaders.jobs import job_args
+from tests.loaders.training.jobs import job_args
 
 SAVE_AT = (0, 1)  # (epoch, step)
 

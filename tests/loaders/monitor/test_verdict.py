@@ -15,7 +15,7 @@ from torchvision.transforms import v2
 from loaders import make_loader
 from loaders.monitor import LoaderStats, Window, diagnose
 from loaders.monitor.memory import Memory
-from tests.loaders.test_stats import FAST
+from tests.loaders.monitor.test_stats import FAST
 from tests.support.webserver import WebServer
 
 

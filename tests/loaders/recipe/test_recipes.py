@@ -270,7 +270,7 @@ def test_scaled_decode_of_large_images_stays_close(tmp_path) -> None:
     """With scaled_decode (the default) a bicubic crop or eval region more than twice the output
     is decoded at a reduced scale: close to the exact pixels (PSNR over all samples)."""
     from shard_writer.sample_data import generate_sample_data
-    from tests.loaders.test_scaled_decode import PSNR_FLOOR_DB, psnr
+    from tests.loaders.recipe.test_scaled_decode import PSNR_FLOOR_DB, psnr
 
     generate_sample_data(tmp_path, images=6, classes=1, seed=2, workers=1, size=(800, 600))
     datas = [p.read_bytes() for p in sorted(tmp_path.rglob("*.jpg"))]

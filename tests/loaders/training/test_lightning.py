@@ -1,5 +1,5 @@
 """make_loader under PyTorch Lightning: real 2-process DDP on the CPU (gloo, 127.0.0.1), each run
-a subprocess of examples/lightning_train.py (through tests/loaders/lightning_job.py, which logs
+a subprocess of examples/lightning_train.py (through tests/loaders/training/lightning_job.py, which logs
 every batch's keys per rank).
 
 Three runs: an uninterrupted one (2 epochs, validation with ``uneven="mask"``); one that
@@ -34,7 +34,7 @@ pytestmark = [
     ),
 ]
 
-JOB = REPO / "tests" / "loaders" / "lightning_job.py"
+JOB = REPO / "tests" / "loaders" / "training" / "lightning_job.py"
 BATCH, SIZE, WORKERS, EPOCHS = 15, 16, 1, 2  # 120 samples / 2 ranks / 15 = 4 batches per epoch
 
 

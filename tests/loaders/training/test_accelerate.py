@@ -1,5 +1,5 @@
 """make_loader under Hugging Face Accelerate: a real 2-process run on the CPU (torchrun, gloo on
-127.0.0.1) of tests/loaders/accelerate_job.py.
+127.0.0.1) of tests/loaders/training/accelerate_job.py.
 
 ``accelerator.prepare`` returns our loader unchanged (it wraps only torch DataLoaders, so the
 data is split over the ranks once, by the loader); the two ranks cover every sample exactly once
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.loaders.jobs import check_runs, read_log, run_job
+from tests.loaders.training.jobs import check_runs, read_log, run_job
 
 pytest.importorskip(
     "accelerate", reason="accelerate is not installed (pip install -e '.[accelerate]')"

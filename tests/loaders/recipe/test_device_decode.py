@@ -165,7 +165,7 @@ def test_device_augmentation_example_runs(learnable_dataset: Path) -> None:
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     args = ["--steps", "3", "--workers", "0", "--batch-size", "8", "--image-size", "32"]
     r = subprocess.run(
         [

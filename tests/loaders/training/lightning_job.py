@@ -3,7 +3,7 @@ every rank saw (each training and validation batch's keys, Lightning's batch cou
 rank) to LOG/rank<R>.jsonl; the other ends every rank at once, like a preemption, right after the
 checkpoint of training step ``--exit-after`` was written.
 
-    python tests/loaders/lightning_job.py --keys-log LOG [--exit-after K] -- <lightning_train.py args>
+    python tests/loaders/training/lightning_job.py --keys-log LOG [--exit-after K] -- <lightning_train.py args>
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import lightning as L
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _example():

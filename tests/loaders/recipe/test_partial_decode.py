@@ -72,7 +72,7 @@ def test_any_rectangle_has_the_whole_decode_pixels(kind: str, w: int, h: int, da
 def test_train_augmentation_is_unchanged(kind: str) -> None:
     """decode_train with partial decode == the whole-image path, into a batch slot, flipped or
     not, over many RandomResizedCrop draws on photo-sized images (scaled=False: large crops
-    keep the exact pixels; tests/loaders/test_scaled_decode.py covers the scaled ones)."""
+    keep the exact pixels; tests/loaders/recipe/test_scaled_decode.py covers the scaled ones)."""
     jpeg = _jpeg(331, 247, kind, seed=7)
     whole = decode_rgb(jpeg)
     rng = random.Random(kind)

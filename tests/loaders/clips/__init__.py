@@ -1,0 +1,1 @@
+"""Video clips (loaders/clips/)."""

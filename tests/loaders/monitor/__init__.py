@@ -1,0 +1,1 @@
+"""Monitoring (loaders/monitor/): stats against ground truth, exporters, autotune, the verdict."""
