@@ -20,6 +20,7 @@ from loaders.bench.measure import RunResult, measure
 from loaders.bench.summary import summarize
 from loaders.bench.tokenize import Tokenize
 from loaders.make import make_loader
+from loaders.recipe import DEFAULT_SIZE
 from loaders.source import Source, resolve_source
 from wdstool.base.errors import WdsToolError
 from wdstool.format.decode import PARTIAL_DECODE
@@ -68,10 +69,13 @@ def run_stream_bench(
 ) -> dict[str, Any]:
     """Every run of the benchmark, the pairwise ratios, ceiling, efficiency and a recommendation.
     Ctrl-C stops early and returns what was measured (``interrupted: true``)."""
-    index = resolve_source(cfg.source, cfg.storage_options)
+    index = resolve_source(cfg.source, cfg.setting("storage_options"))
     runs: list[RunResult] = []
     ceilings: dict[int, dict[str, float]] = {}
     interrupted = False
+    # what the baselines share with the measured loader: batch, image size, prefetch, recipe
+    batch_size, prefetch = cfg.setting("batch_size"), cfg.setting("prefetch_factor")
+    size, transform = cfg.setting("image_size") or DEFAULT_SIZE, cfg.setting("transform")
 
     def run(name: str, make: Callable[[], Any], w: int, batch_len: Callable[[Any], int]) -> None:
         result = measure(
@@ -99,33 +103,22 @@ def run_stream_bench(
                 def ours(
                     w: int = w,
                     plain: bool = False,
-                    mode: str = cfg.worker_mode,
+                    mode: str | None = None,
                     exact: bool = False,
                 ) -> Any:
                     mixture = [Source(u, weight=wt) for u, wt in cfg.sources]
+                    run_only: dict[str, Any] = {"num_workers": w}  # this run's, over cfg.loader
+                    if plain:  # image + .cls only
+                        run_only.update(epoch_size=None, label="cls", fields=None, fields_fn=None)
+                    elif cfg.tokenize:
+                        run_only["fields_fn"] = Tokenize(cfg.tokenize)
+                    if mode is not None:
+                        run_only["worker_mode"] = mode
+                    if exact:
+                        run_only["scaled_decode"] = False
                     return make_loader(
                         cfg.source if plain or not mixture else mixture,
-                        cfg.batch_size,
-                        worker_mode=mode,
-                        epoch_size=None if plain else cfg.epoch_size,
-                        label="cls" if plain else cfg.label,
-                        fields=None if plain else dict(cfg.fields),
-                        fields_fn=None if plain or not cfg.tokenize else Tokenize(cfg.tokenize),
-                        image_size=cfg.image_size if cfg.transform is None else None,
-                        num_workers=w,
-                        prefetch_factor=cfg.prefetch_factor,
-                        output=cfg.output,
-                        channels_last=cfg.channels_last,
-                        train=cfg.train,
-                        scaled_decode=cfg.scaled_decode and not exact,
-                        rank=cfg.rank,
-                        world_size=cfg.world_size,
-                        shuffle_buffer=cfg.shuffle_buffer,
-                        transform=cfg.transform,
-                        storage_options=cfg.storage_options,
-                        cache_dir=cfg.cache_dir,
-                        cache_limit=cfg.cache_limit,
-                        persistent_workers=True,
+                        **{**cfg.loader, **run_only},
                     )
 
                 run("wdstool", ours, w, _dict_len)
@@ -142,10 +135,10 @@ def run_stream_bench(
                         lambda w=w, root=root: imagefolder_loader(
                             root,
                             workers=w,
-                            batch_size=cfg.batch_size,
-                            image_size=cfg.image_size,
-                            prefetch_factor=cfg.prefetch_factor,
-                            recipe=cfg.transform,
+                            batch_size=batch_size,
+                            image_size=size,
+                            prefetch_factor=prefetch,
+                            recipe=transform,
                         ),
                         w,
                         _tuple_len,
@@ -160,29 +153,29 @@ def run_stream_bench(
                             lambda w=w, same=same: webdataset_loader(
                                 list(index.urls),
                                 workers=w,
-                                batch_size=cfg.batch_size,
-                                image_size=cfg.image_size,
-                                prefetch_factor=cfg.prefetch_factor,
+                                batch_size=batch_size,
+                                image_size=size,
+                                prefetch_factor=prefetch,
                                 same_decoder=same,
-                                scaled_decode=cfg.scaled_decode,
-                                recipe=cfg.transform,
+                                scaled_decode=cfg.setting("scaled_decode"),
+                                recipe=transform,
                             ),
                             w,
                             _tuple_len,
                         )
         if cfg.with_ceiling:
             for w in sorted(set(cfg.workers)):
-                limit = None if cfg.batches is None else cfg.batches * cfg.batch_size
+                limit = None if cfg.batches is None else cfg.batches * batch_size
                 kw = {
                     "processes": max(1, w),
-                    "image_size": cfg.image_size if cfg.transform is None else None,
-                    "output": cfg.output,
+                    "image_size": cfg.setting("image_size"),
+                    "output": cfg.setting("output"),
                     "max_samples": limit,
-                    "storage_options": cfg.storage_options,
-                    "channels_last": cfg.channels_last,
-                    "train": cfg.train,
-                    "scaled_decode": cfg.scaled_decode,
-                    "transform": cfg.transform,
+                    "storage_options": cfg.setting("storage_options"),
+                    "channels_last": cfg.setting("channels_last"),
+                    "train": cfg.setting("train"),
+                    "scaled_decode": cfg.setting("scaled_decode"),
+                    "transform": transform,
                 }
                 ceilings[w] = ceiling(index, **kw)
                 if PARTIAL_DECODE:  # and what decoding whole images allows, as before
@@ -201,7 +194,7 @@ def _avg_bytes(cfg: BenchConfig) -> float:
     from wdstool.format.manifest import load_manifest
 
     try:
-        manifest, _ = load_manifest(cfg.source, cfg.storage_options)
+        manifest, _ = load_manifest(cfg.source, cfg.setting("storage_options"))
         return manifest.total_bytes / max(1, manifest.num_samples)
     except WdsToolError:  # a brace pattern without a manifest: no byte counts
         return 0.0

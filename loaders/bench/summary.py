@@ -4,6 +4,7 @@ the ceiling's efficiency, the recommendation, the recipe that ran and the machin
 from __future__ import annotations
 
 import statistics
+from dataclasses import fields
 from typing import Any
 
 from loaders.bench.bench_config import BenchConfig
@@ -48,6 +49,39 @@ def _ratios(runs: list[RunResult], a: str, b: str) -> dict[str, Any] | None:
         "max": max(pairs),
         "pairs": len(pairs),
     }
+
+
+# the measured loader's settings the report's configuration shows, beside the benchmark's own
+# (the transform is shown by name and as the recipe; storage options may hold credentials)
+REPORTED = (
+    "batch_size",
+    "prefetch_factor",
+    "output",
+    "channels_last",
+    "world_size",
+    "rank",
+    "shuffle_buffer",
+    "cache_dir",
+    "cache_limit",
+    "label",
+    "worker_mode",
+    "epoch_size",
+    "train",
+    "scaled_decode",
+)
+
+
+def _config(cfg: BenchConfig, size: Any) -> dict[str, Any]:
+    """The configuration as the report shows it: the benchmark's own fields, then the loader's
+    settings at the values it ran with (given, or make_loader's defaults); ``size``: the image
+    size the recipe delivers, an int where square."""
+    out = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name != "loader"}
+    out.update({name: cfg.setting(name) for name in REPORTED})
+    if isinstance(size, tuple) and len(size) == 2 and size[0] == size[1]:
+        size = size[0]
+    out["image_size"] = size
+    out["fields"] = tuple((cfg.setting("fields") or {}).items())  # (batch key, member spec)
+    return out
 
 
 def summarize(
@@ -97,13 +131,16 @@ def summarize(
             ratios[f"wdstool/{other}"] = r
     from loaders.recipe import build_recipe
 
-    size = cfg.image_size if cfg.transform is None else None
-    recipe = build_recipe(cfg.transform, train=cfg.train, image_size=size, output=cfg.output)
+    size = cfg.setting("image_size")
+    recipe = build_recipe(
+        cfg.setting("transform"),
+        train=cfg.setting("train"),
+        image_size=size,
+        output=cfg.setting("output"),
+    )
     return {
         "recipe": str(recipe),
-        "config": {
-            k: v for k, v in cfg.__dict__.items() if k not in ("transform", "storage_options")
-        },
+        "config": _config(cfg, recipe.size if size is None else size),
         "machine": machine_info(),
         "avg_sample_bytes": avg_bytes,
         "runs": [r.to_json(with_waits=True) for r in runs],
@@ -113,7 +150,7 @@ def summarize(
         # train JPEGs: only the crop decoded (wdstool/format/_jpegcrop.c), or whole images
         "decoder": "partial" if PARTIAL_DECODE else "whole",
         "whole_decoder": whole_decoder(),  # torchvision, torchcodec or pil
-        "scaled_decode": cfg.scaled_decode and PARTIAL_DECODE,
+        "scaled_decode": cfg.setting("scaled_decode") and PARTIAL_DECODE,
         "recommendation": recommend(runs) if len(set(cfg.workers)) > 1 else {},
         "interrupted": interrupted,
     }

@@ -12,6 +12,7 @@ import click
 import pytest
 
 from loaders.bench.run import BenchConfig
+from loaders.make import make_loader
 from shard_writer import (
     PackOptions,
     ReshardOptions,
@@ -67,11 +68,20 @@ def test_writers_build_the_librarys_default_options(command: str, args: tuple, o
         ("sample-data", ("DEST",), generate_sample_data, {}),
         ("inspect", ("SRC",), inspect_dataset, {}),
         ("stream-bench", ("SRC",), BenchConfig, {"transform_name": "transform_spec"}),
+        # the loader's options; None: the benchmark's own default (224, uint8, one rank of
+        # one, passed to make_loader explicitly), --repeats (the benchmark's runs) and --field
+        # (NAME=SPEC items, not the mapping)
+        (
+            "stream-bench",
+            ("SRC",),
+            make_loader,
+            dict.fromkeys(("image_size", "output", "world_size", "rank", "repeats", "fields")),
+        ),
         ("show", ("SRC",), ShowConfig, {}),
     ],
 )
 def test_other_commands_default_to_the_librarys_settings(
-    command: str, args: tuple, owner: Any, renamed: dict[str, str]
+    command: str, args: tuple, owner: Any, renamed: dict[str, str | None]
 ) -> None:
     params = _parsed(command, *args)
     library = _defaults(owner)

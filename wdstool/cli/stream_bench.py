@@ -16,23 +16,26 @@ from wdstool.cli.common import (
 )
 from wdstool.cli.defaults import library_option
 
-BENCH = "loaders.bench.run:BenchConfig"  # the defaults of every option that has a setting there
+BENCH = "loaders.bench.run:BenchConfig"  # the defaults of the benchmark's own options
+# the defaults of the loader's options (make_loader's keywords, passed as BenchConfig.loader);
+# where the benchmark measures something else by default, the option says so (default=...)
+LOADER = "loaders.make:make_loader"
 
 
 @click.command("stream-bench")
 @click.argument("source", type=str)
-@library_option(BENCH, "--batch-size", type=click.IntRange(min=1))
+@library_option(LOADER, "--batch-size", type=click.IntRange(min=1))
 @library_option(
     BENCH,
     "--workers",
     type=WORKER_LIST,
     help="DataLoader workers; a list (0,1,2,4) runs a sweep.",
 )
-@library_option(BENCH, "--prefetch-factor", type=click.IntRange(min=1))
-@library_option(BENCH, "--image-size", type=click.IntRange(min=8))
-@library_option(BENCH, "--output", type=click.Choice(["uint8", "float"]))
+@library_option(LOADER, "--prefetch-factor", type=click.IntRange(min=1))
+@click.option("--image-size", type=click.IntRange(min=8), default=224, show_default=True)
+@click.option("--output", type=click.Choice(["uint8", "float"]), default="uint8", show_default=True)
 @library_option(
-    BENCH,
+    LOADER,
     "--channels-last",
     is_flag=True,
     help="Batches in channels-last memory (make_loader(channels_last=True)), as channels-last "
@@ -75,13 +78,14 @@ BENCH = "loaders.bench.run:BenchConfig"  # the defaults of every option that has
     type=click.IntRange(min=0),
     help="Batches after the first one that are not timed.",
 )
-@library_option(
-    BENCH,
+@click.option(
     "--world-size",
     type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
     help="Measure one rank's share of a job of this size.",
 )
-@library_option(BENCH, "--rank", type=click.IntRange(min=0))
+@click.option("--rank", type=click.IntRange(min=0), default=0, show_default=True)
 @library_option(
     BENCH,
     "--step-ms",
@@ -90,7 +94,7 @@ BENCH = "loaders.bench.run:BenchConfig"  # the defaults of every option that has
     "the share of time it waited for data (GPU idle %).",
 )
 @library_option(
-    BENCH,
+    LOADER,
     "--label",
     metavar="cls|json:PATH|none",
     help="Where each sample's integer label is: the .cls member, a key path in its .json, or "
@@ -113,7 +117,7 @@ BENCH = "loaders.bench.run:BenchConfig"  # the defaults of every option that has
     "weight=WEIGHT), ...]); with --compare plain, SOURCE alone runs interleaved with it.",
 )
 @library_option(
-    BENCH,
+    LOADER,
     "--epoch-size",
     type=click.IntRange(min=1),
     help="Samples per epoch of the mixture [default: the sum of the sources' sizes].",
@@ -145,7 +149,7 @@ BENCH = "loaders.bench.run:BenchConfig"  # the defaults of every option that has
     "little throughput, so take speed figures without it.",
 )
 @library_option(
-    BENCH,
+    LOADER,
     "--worker-mode",
     type=click.Choice(["process", "thread"]),
     help="DataLoader worker processes, or decode threads in the loader's process "
@@ -161,13 +165,13 @@ BENCH = "loaders.bench.run:BenchConfig"  # the defaults of every option that has
 )
 @library_option(BENCH, "--repeats", type=click.IntRange(min=1))
 @library_option(
-    BENCH,
+    LOADER,
     "--cache-dir",
     type=click.Path(file_okay=False),
     help="Keep a local copy of remote shards here (shared by workers and ranks).",
 )
 @library_option(
-    BENCH, "--cache-limit", type=BYTE_SIZE, help="Evict least recently used beyond this."
+    LOADER, "--cache-limit", type=BYTE_SIZE, help="Evict least recently used beyond this."
 )
 @click.option(
     "--json",
@@ -266,42 +270,46 @@ def stream_bench_cmd(
         if not sep or not url or not value > 0:
             raise ConfigError(f"--source {item!r}: write URL=WEIGHT with a weight > 0")
         weighted.append((url, value))
+    loader: dict[str, Any] = {  # make_loader's keywords: the loader measured
+        "batch_size": batch_size,
+        "prefetch_factor": prefetch_factor,
+        "output": output,
+        "channels_last": channels_last,
+        "world_size": world_size,
+        "rank": rank,
+        "label": None if label.lower() == "none" else label,
+        "fields": dict(field_specs(fields)),
+        "worker_mode": worker_mode,
+        "epoch_size": epoch_size,
+        "train": choice.train and not eval_,
+        "transform": choice.transform,
+        "scaled_decode": not exact_decode,
+        "storage_options": storage_options,
+        "cache_dir": cache_dir,
+        "cache_limit": cache_limit,
+    }
+    if choice.transform is None:  # a transform has its own size (a preset's: --image-size)
+        loader["image_size"] = image_size
     cfg = BenchConfig(
         source=source,
-        batch_size=batch_size,
+        loader=loader,
         workers=workers,
-        prefetch_factor=prefetch_factor,
-        image_size=image_size,
-        output=output,
-        channels_last=channels_last,
         batches=batches,
         epochs=epochs,
         warmup=warmup,
-        world_size=world_size,
-        rank=rank,
         step_ms=step_ms,
-        label=None if label.lower() == "none" else label,
-        fields=field_specs(fields),
         tokenize=tokenize,
         plain=plain,
         threads=threads,
-        worker_mode=worker_mode,
         memory=memory,
         sources=tuple(weighted),
-        epoch_size=epoch_size,
-        train=choice.train and not eval_,
-        transform=choice.transform,
         transform_name=transform_spec,
-        scaled_decode=not exact_decode,
         exact=exact,
         imagefolder=imagefolder,
         webdataset=webdataset,
         webdataset_fast=webdataset_fast,
         with_ceiling=with_ceiling,
         repeats=repeats,
-        storage_options=storage_options,
-        cache_dir=cache_dir,
-        cache_limit=cache_limit,
     )
     bar = tqdm(unit="batch", disable=not progress_enabled(quiet), file=sys.stderr, desc="bench")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 from pathlib import Path
@@ -11,8 +12,10 @@ import torch
 
 from loaders.bench.baselines import imagefolder_loader, webdataset_loader
 from loaders.bench.run import BenchConfig, run_stream_bench
+from loaders.make import make_loader
 from tests.conftest import run_cli
 from tests.loaders.conftest import shard_keys
+from wdstool.base.errors import ConfigError
 
 
 class SlowTransform:
@@ -102,13 +105,11 @@ def test_step_ms_idle_accounting(uneven_dataset: Path) -> None:
     def idle(step_ms: float) -> float:
         cfg = BenchConfig(
             source=str(uneven_dataset),
-            batch_size=4,
+            loader={"batch_size": 4, "transform": SlowTransform(), "prefetch_factor": 4},
             workers=(1,),
             batches=6,
             repeats=1,
             step_ms=step_ms,
-            transform=SlowTransform(),
-            prefetch_factor=4,
             warmup=1,
         )
         (run,) = run_stream_bench(cfg)["runs"]
@@ -146,6 +147,60 @@ def test_baselines_read_the_same_samples(uneven_dataset: Path) -> None:
     folder_paths = {str(Path(p).relative_to(src)) for p, _ in loader.dataset.samples}
     assert folder_paths == manifest_paths
     assert sum(len(b[1]) for b in loader) == len(keys)
+
+
+def test_an_unknown_loader_keyword_is_a_config_error_naming_it() -> None:
+    """BenchConfig.loader holds make_loader's keywords: a misspelt one fails where the
+    configuration is built, by its name; a setting left out reads as make_loader's default."""
+    with pytest.raises(ConfigError, match="make_loader has no keyword 'batchsize'"):
+        BenchConfig(source="unused", loader={"batchsize": 8})
+    with pytest.raises(ConfigError, match="'num_workers' is set by the benchmark"):
+        BenchConfig(source="unused", loader={"num_workers": 2})
+    cfg = BenchConfig(source="unused", loader={"batch_size": 8})
+    defaults = inspect.signature(make_loader).parameters
+    assert cfg.setting("batch_size") == 8
+    assert cfg.setting("prefetch_factor") == defaults["prefetch_factor"].default
+    assert cfg.setting("image_size") is defaults["image_size"].default
+
+
+def test_the_cli_sets_only_make_loader_keywords(
+    uneven_dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every loader setting stream-bench's options feed is a make_loader keyword (checked here
+    against its signature, not only by BenchConfig), and the options whose defaults are the
+    benchmark's own (image size, uint8, one rank of one) reach the loader explicitly."""
+    from click.testing import CliRunner
+
+    import loaders.bench.run as bench_run
+    from wdstool.cli import cli
+
+    built: list[BenchConfig] = []
+
+    def capture(cfg: BenchConfig, **kw: object) -> dict:
+        built.append(cfg)
+        raise SystemExit(0)  # the configuration is what this test reads
+
+    monkeypatch.setattr(bench_run, "run_stream_bench", capture)
+    every = [
+        "--batch-size", "4", "--prefetch-factor", "2", "--output", "float", "--channels-last",
+        "--eval", "--exact-decode", "--world-size", "2", "--rank", "1", "--label", "none",
+        "--field", "caption=txt", "--epoch-size", "10", "--worker-mode", "thread",
+        "--cache-dir", "cache", "--cache-limit", "1GB", "--anon",
+    ]  # fmt: skip
+    runner = CliRunner()
+    for args in ([], every, ["--transform", "randaug"]):
+        result = runner.invoke(cli, ["stream-bench", str(uneven_dataset), *args])
+        assert result.exit_code == 0, result.output
+    plain, full, preset = (cfg.loader for cfg in built)
+    keywords = set(inspect.signature(make_loader).parameters) - {"source", "num_workers"}
+    for loader in (plain, full, preset):
+        assert set(loader) <= keywords, set(loader) - keywords
+    assert plain["image_size"] == 224 and plain["output"] == "uint8"
+    assert (plain["world_size"], plain["rank"]) == (1, 0)
+    assert full["label"] is None and full["fields"] == {"caption": "txt"}
+    assert not full["train"] and not full["scaled_decode"] and full["worker_mode"] == "thread"
+    assert full["storage_options"] and full["cache_limit"] == 10**9
+    assert "image_size" not in preset and preset["transform"] is not None  # its own size
 
 
 def test_bad_compare_is_one_line_error(uneven_dataset: Path) -> None:
