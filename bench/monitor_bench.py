@@ -55,16 +55,16 @@ def _one(cfg: dict[str, Any]) -> dict[str, Any]:
     from loaders.monitor.memory import tree_memory
 
     torch.set_num_threads(1)
-    kw: dict[str, Any] = dict(
-        num_workers=cfg.get("workers", 2),
-        prefetch_factor=cfg.get("prefetch", 4),
-        worker_mode=cfg.get("mode", "process"),
-        stats=cfg.get("stats", True),
-        epoch_size=cfg.get("epoch_size"),
-        seed=0,
-    )
-    if cfg.get("budget") is not None:
-        kw["memory_budget"] = cfg["budget"]
+    # the loader settings a mode gives, by make_loader's names; the others at its defaults
+    names = {
+        "prefetch": "prefetch_factor",
+        "mode": "worker_mode",
+        "stats": "stats",
+        "epoch_size": "epoch_size",
+        "budget": "memory_budget",
+    }
+    kw: dict[str, Any] = {names[k]: v for k, v in cfg.items() if k in names}
+    kw.update(num_workers=cfg.get("workers", 2), seed=0)
     if cfg.get("recipe") == "blur":
         kw["transform"] = v2.Compose(
             [v2.RandomResizedCrop(224), v2.RandomHorizontalFlip(), v2.GaussianBlur(23, 5.0)]
