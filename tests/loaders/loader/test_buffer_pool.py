@@ -13,14 +13,14 @@ from loaders.pool import BufferPool
 
 
 def test_pool_hands_out_only_free_slots_and_reclaims_undelivered_ones() -> None:
-    from loaders.pool import FREE, HELD, OUT, SharedPool, batch_bytes
+    from loaders.pool import FREE, HELD, OUT, SharedPool, batch_bytes, image_layout
 
     flags = bytearray(4)
     shared = SharedPool(4, batch_bytes(5, [8], torch.uint8), flags)
     pool = BufferPool(shared, base=2, size=2)
     assert (pool.get(), pool.get(), pool.get()) == (2, 3, -1)  # both taken: the caller allocates
-    a, coords, end = shared.carve(2, 0, 5, 8, torch.uint8)
-    b, _, _ = shared.carve(3, 0, 3, (4, 6), torch.uint8, channels_last=True)
+    a, coords, end = shared.carve(2, 0, *image_layout(5, 8), torch.uint8)
+    b, _, _ = shared.carve(3, 0, *image_layout(3, (4, 6), True), torch.uint8)
     assert a.data_ptr() == coords.resolve().data_ptr() and end >= a.numel()
     assert b.shape == (3, 3, 4, 6) and b.is_contiguous(memory_format=torch.channels_last)
     a.fill_(7)
@@ -30,7 +30,7 @@ def test_pool_hands_out_only_free_slots_and_reclaims_undelivered_ones() -> None:
     shared.release(2)
     assert flags[2] == FREE and pool.get() == 2 and flags[2] == OUT
     with pytest.raises(ValueError, match="does not fit"):
-        shared.carve(2, 0, 6, 8, torch.uint8)
+        shared.carve(2, 0, *image_layout(6, 8), torch.uint8)
 
 
 def test_held_batches_and_views_are_never_overwritten(learnable_dataset: Path) -> None:
