@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 DEMO_DIR ?= build/demo
 DEMO_IMAGES ?= 2000
 
-.PHONY: venv system demo test docs lint format bench bench-fields bench-large bench-restart bench-video bench-peers bench-peers-recipe bench-reshard faults mutants clean
+.PHONY: venv system demo test test-room docs lint format bench bench-fields bench-large bench-restart bench-video bench-peers bench-peers-recipe bench-reshard faults mutants clean
 BENCH_DATA ?= bench/data
 BENCH_IMAGES ?= 10000
 BENCH_WORKERS ?= 1,2
@@ -58,6 +58,14 @@ system:
 TEST_WORKERS ?= 3
 test: $(STAMP) system
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30
+
+# One room of the suite, a folder under tests/ named after the part of the library it tests
+# (ROOM=loaders/plan, loaders/recipe, format, ...: docs/guides/development.md lists them), in one
+# process: seconds for most, where `make test` takes minutes.
+ROOM ?=
+test-room: $(STAMP)
+	@test -n "$(ROOM)" || { echo "make test-room ROOM=<folder under tests/>, e.g. ROOM=loaders/plan"; exit 2; }
+	$(PY) -m pytest -q tests/$(ROOM)
 
 # The documentation site (mkdocs.yml, docs/) into build/site/: --strict makes any warning fatal,
 # so a broken link or anchor, a page missing from the nav or an API reference that does not
