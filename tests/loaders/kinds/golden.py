@@ -75,7 +75,7 @@ def write_inputs() -> None:
             )
         _tar(DATA / f"images-{s:06d}.tar", samples)
     from shard_writer.sample_videos import VideoSettings, encode_video
-    from tests.videos import write_shards
+    from tests.support.videos import write_shards
 
     good = _jpeg(99, 50, 40)
     bad = [
