@@ -161,8 +161,7 @@ class ShardStreamDataset(IterableDataset):
             f"{self.mixture.total} samples per epoch from {shards} shards of "
             f"{len(self.sources)} sources, rank {t.rank}/{t.world_size}, {t.num_workers} "
             f"workers, {self._len} batches of {self.config.epoch.batch_size} per epoch; "
-            f"{self.recipes}"
-            + (f"; {self.config.sample.describe(self.recipes.train)}" if self.config.sample else "")
+            f"{self.recipes}" + (f"; {what}" if (what := self.kind.describe(self.config)) else "")
         )
 
     @property

@@ -15,10 +15,9 @@ from typing import Any
 import torch
 
 from loaders.clips import Clips
-from loaders.clips.rules import clip_output
 from loaders.config import BatchSettings, LoaderConfig, WorkerSettings
 from loaders.dataset import ShardStreamDataset
-from loaders.kinds import kind_for
+from loaders.kinds import kind_arguments, kind_for
 from loaders.loader import StreamingLoader
 from loaders.mixing import SourceArg, loader_sources
 from loaders.monitor.autotune import Autotuner
@@ -67,7 +66,7 @@ def make_loader(
     image_size: SizeArg | None = None,
     train: bool = True,
     views: ViewsArg | None = None,
-    output: str = "auto",
+    output: Any = "auto",
     channels_last: bool = False,
     scaled_decode: bool = True,
     clips: Clips | None = None,
@@ -144,7 +143,8 @@ def make_loader(
         output: ``"auto"`` (float32 where the recipe normalizes, else uint8), ``"uint8"``,
             ``"float"`` (normalized in the workers) or ``"encoded"`` (the workers parse
             headers and draw the geometry; batches carry ``encoded``, ``offsets`` and
-            ``geometry`` for :class:`loaders.DeviceDecoder`, which decodes on the GPU).
+            ``geometry`` for :class:`loaders.DeviceDecoder`, which decodes on the GPU); or
+            the settings object of a kind of output (``loaders.kinds``): ``Clips(...)``.
         channels_last: ``pixel_values`` laid out [B,S,S,3] in memory, same shape and values,
             written so by the workers' resize.
         scaled_decode: a JPEG region more than twice the output on both sides is decoded at
@@ -153,7 +153,7 @@ def make_loader(
         clips: :class:`loaders.Clips`: each video sample becomes a clip, batches carry
             ``video`` uint8 [B,T,3,H,W] (or [B,3,T,H,W]), ``clip_span``, ``clip_index``; only
             the clip's frames are decoded; image samples become still clips
-            (docs/guides/video.md).
+            (docs/guides/video.md). The same as ``output=Clips(...)``.
 
     Workers:
         num_workers: decode workers per rank (None: the rank's cores, at most 8; 0: in this
@@ -190,11 +190,9 @@ def make_loader(
             INFO on rank 0 every 1000 steps and at epoch ends) and ``loader.watch(exporter)``
             (docs/guides/monitoring.md); False: none.
     """
-    if clips is not None:
-        output, repeats = clip_output(
-            clips, views=views, output=output, channels_last=channels_last, repeats=repeats
-        )
-    pads = as_pads(pad_fields)
+    sample, output, repeats = kind_arguments(
+        output, clips, views=views, channels_last=channels_last, repeats=repeats
+    )
     auto = auto_spec(num_workers, prefetch_factor, memory_budget, stats, worker_mode)
     workers = WorkerSettings(
         num_workers=first_workers(auto, num_workers, worker_mode),
@@ -240,8 +238,8 @@ def make_loader(
         repeats=repeats,
         recipes=recipes,
         batch=replace(batch, output=recipes.output),  # "auto" settled by the recipe
-        sample=clips,
-        pads=tuple(pads.items()),
+        sample=sample,
+        pads=tuple(as_pads(pad_fields).items()),
         with_source=with_source,
         workers=workers,
         max_workers=auto.max_workers if auto is not None and auto.workers else 0,

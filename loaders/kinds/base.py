@@ -33,6 +33,7 @@ class OutputKind:
     pixel_key: ClassVar[str]  # the batch entry holding the kind's pooled tensors
     listed: ClassVar[bool] = False  # that entry is a list of tensors (one per view)
     keys: ClassVar[tuple[str, ...]] = ()  # every batch key the kind fills (see RESERVED)
+    settings: ClassVar[type | None] = None  # its own settings object (Clips), if it has one
     adds_fields: ClassVar[bool] = False  # its samples add fields (collated as fields are)
     wraps_errors: ClassVar[bool] = True  # an exception decoding a sample names the sample
 
@@ -45,6 +46,14 @@ class OutputKind:
     def applies(config: LoaderConfig) -> bool:
         """Whether a loader of ``config`` makes this kind's batches."""
         raise NotImplementedError
+
+    @classmethod
+    def arguments(
+        cls, settings: Any, *, views: Any, output: str, channels_last: bool, repeats: int
+    ) -> tuple[str, int]:
+        """``make_loader``'s ``output`` and ``repeats`` for a loader given this kind's
+        ``settings`` object, checked against the other arguments (one-line ConfigErrors)."""
+        return output, repeats
 
     @classmethod
     def settle(cls, sources: Sequence[Any], config: LoaderConfig) -> tuple[list[Any], LoaderConfig]:
@@ -63,6 +72,11 @@ class OutputKind:
         """The batch keys this kind fills for ``config`` (besides labels, keys, source,
         valid and the fields)."""
         return cls.keys
+
+    @classmethod
+    def describe(cls, config: LoaderConfig) -> str:
+        """What this kind makes, for the loader's line in the log ("": nothing to add)."""
+        return ""
 
     # --- in the worker, for one pass ---------------------------------------------------
     def decode(

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from loaders.clips import ClipRecipe, Clips, Layout, as_clip_fields, clip_batch_keys
-from loaders.clips.rules import clip_epoch_size, clip_pads, clip_sources
+from loaders.clips.rules import clip_epoch_size, clip_output, clip_pads, clip_sources
 from loaders.config import LoaderConfig
 from loaders.kinds.pixels import PixelKind
 from loaders.pool import Layout as Strides
@@ -32,6 +32,7 @@ class ClipKind(PixelKind):
         "audio_lengths",
         "audio_mask",
     )
+    settings = Clips
     adds_fields = True  # the clip's span, number, frame mask, audio
 
     def __init__(self, config: LoaderConfig, recipes: tuple[Recipe, ...]) -> None:
@@ -43,6 +44,14 @@ class ClipKind(PixelKind):
     @staticmethod
     def applies(config: LoaderConfig) -> bool:
         return isinstance(config.sample, Clips)
+
+    @classmethod
+    def arguments(
+        cls, settings: Any, *, views: Any, output: str, channels_last: bool, repeats: int
+    ) -> tuple[str, int]:
+        return clip_output(
+            settings, views=views, output=output, channels_last=channels_last, repeats=repeats
+        )
 
     @classmethod
     def settle(cls, sources: Sequence[Any], config: LoaderConfig) -> tuple[list[Any], LoaderConfig]:
@@ -58,6 +67,10 @@ class ClipKind(PixelKind):
         )
         ClipRecipe(clips, config.recipes.at(0)[0], config.recipes.train)
         return clip_sources(clips, sources), config
+
+    @classmethod
+    def describe(cls, config: LoaderConfig) -> str:
+        return config.sample.describe(config.recipes.train)  # type: ignore[no-any-return]
 
     @classmethod
     def batch_keys(cls, config: LoaderConfig) -> tuple[str, ...]:

@@ -14,7 +14,6 @@ import torch
 import loaders.kinds as kinds
 from loaders import make_loader
 from loaders.config import LoaderConfig
-from loaders.dataset import ShardStreamDataset
 from loaders.delivery import BatchMeta, Slot
 from loaders.kinds import KINDS, OutputKind, kind_for
 from loaders.kinds.base import NextSample, image_part
@@ -22,11 +21,11 @@ from loaders.kinds.clip import ClipKind
 from loaders.kinds.encoded import EncodedKind
 from loaders.kinds.image import ImageKind
 from loaders.kinds.views import ViewsKind
-from loaders.loader import StreamingLoader
 from loaders.read import Located
 from loaders.recipe import Seeder
 from loaders.schema import RESERVED
 from tests.loaders.kinds import golden
+from wdstool.base.errors import ConfigError
 
 IMAGES = str(golden.DATA / golden.IMAGES)
 
@@ -97,12 +96,16 @@ class NbytesKind(OutputKind):
 def test_a_new_kind_is_one_class_and_one_registration(
     workers: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(kinds, "KINDS", (NbytesKind, *KINDS))
-    plain = make_loader(IMAGES, batch_size=4, num_workers=workers, rank=0, world_size=1)
-    config = LoaderConfig(**{**plain.config.__dict__, "sample": Nbytes()})
-    dataset = ShardStreamDataset(plain.dataset.sources, config, plain.topology)
-    assert dataset.kind is NbytesKind
-    loader = StreamingLoader.start(dataset)
+    """Its settings object comes through make_loader's ``output``: no keyword of its own."""
+
+    class NbytesKindHere(NbytesKind):
+        settings = Nbytes
+
+    monkeypatch.setattr(kinds, "KINDS", (NbytesKindHere, *KINDS))
+    kw: dict[str, Any] = dict(batch_size=4, num_workers=workers, rank=0, world_size=1)
+    plain = make_loader(IMAGES, **kw)
+    loader = make_loader(IMAGES, output=Nbytes(), **kw)
+    assert loader.dataset.kind is NbytesKindHere
     want = {}
     for path in sorted(golden.DATA.glob("images-*.tar")):
         with tarfile.open(path) as tar:
@@ -117,3 +120,19 @@ def test_a_new_kind_is_one_class_and_one_registration(
         assert torch.equal(batch["labels"], ref["labels"])
         got.update(zip(batch["keys"], batch["nbytes"].tolist(), strict=True))
     assert got == want
+
+
+def test_output_takes_a_kinds_settings_object() -> None:
+    from loaders import Clips
+
+    src = str(golden.DATA / golden.VIDEOS)
+    kw: dict[str, Any] = dict(batch_size=2, image_size=16, num_workers=0, rank=0, world_size=1)
+    by_output = make_loader(src, output=Clips(frames=2), **kw)
+    by_clips = make_loader(src, clips=Clips(frames=2), **kw)
+    assert by_output.dataset.kind is ClipKind
+    for a, b in zip(by_output, by_clips, strict=True):
+        assert a["keys"] == b["keys"] and torch.equal(a["video"], b["video"])
+    with pytest.raises(ConfigError, match="not both"):
+        make_loader(src, output=Clips(), clips=Clips(), **kw)
+    with pytest.raises(ConfigError, match=r"output=<.*Nbytes.*loaders\.Clips"):
+        make_loader(src, output=Nbytes(), **kw)  # a settings object no kind registered
