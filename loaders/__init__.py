@@ -5,6 +5,8 @@
 
 from loaders.clips import Clips
 from loaders.device import DeviceDecoder
+from loaders.interleaved import Interleaved, NativeResolution
+from loaders.kinds.interleaved import split_images
 from loaders.loader import StreamingLoader
 from loaders.make import make_loader
 from loaders.recipe.book import per_size
@@ -17,6 +19,8 @@ from wdstool.base.retry import RetryPolicy
 __all__ = [
     "Clips",
     "DeviceDecoder",
+    "Interleaved",
+    "NativeResolution",
     "Pad",
     "RetryPolicy",
     "Source",
@@ -25,4 +29,5 @@ __all__ = [
     "make_loader",
     "normalize",
     "per_size",
+    "split_images",
 ]

@@ -35,7 +35,7 @@ from loaders.recipe.book import Recipes
 from loaders.schema import SampleSchema
 from loaders.source import DatasetIndex, ShardAccess, identity_key
 from wdstool.base.errors import ConfigError
-from wdstool.format.images import IMAGE_EXTENSIONS
+from wdstool.format.images import IMAGE_EXTENSIONS, WithNumberedImages
 from wdstool.format.video import VIDEO_EXTENSIONS
 
 POOL_SLOTS = 8  # reusable batch buffers per worker (prefetch_factor 4 + batches in flight)
@@ -64,6 +64,8 @@ class LoaderSource:
         if self.schema.label is not None:
             named.add(self.schema.label.ext)
         lazy = (IMAGE_EXTENSIONS | VIDEO_EXTENSIONS) - named
+        if self.schema.numbered:
+            lazy = WithNumberedImages(lazy)
         return SourceReader(self.index, self.access, self.schema.extensions, lazy)
 
 

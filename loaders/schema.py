@@ -19,7 +19,7 @@ import torch
 
 from wdstool.base.errors import ConfigError
 from wdstool.format.fields import FieldError, FieldSpec, LabelSpec
-from wdstool.format.images import IMAGE_EXTENSIONS
+from wdstool.format.images import IMAGE_EXTENSIONS, WithNumberedImages
 from wdstool.format.video import VIDEO_EXTENSIONS
 
 # batch keys the loader itself fills: no field may take one of these names
@@ -41,6 +41,10 @@ RESERVED = frozenset(
         "audio",
         "audio_lengths",
         "audio_mask",
+        "images",
+        "image_sizes",
+        "image_owner",
+        "segments",
     }
 )
 
@@ -53,6 +57,7 @@ class SampleSchema:
     fields: tuple[tuple[str, FieldSpec], ...] = ()
     fields_fn: FieldsFn | None = None
     videos: bool = False  # video members too (a clips loader), with the facts in KEY.json
+    numbered: bool = False  # numbered images (KEY.0.jpg...), KEY.json and KEY.txt (interleaved)
 
     @classmethod
     def build(
@@ -94,6 +99,8 @@ class SampleSchema:
             wanted.add(self.label.ext)
         if self.videos:
             wanted |= VIDEO_EXTENSIONS | {"json"}
+        if self.numbered:
+            return WithNumberedImages(IMAGE_EXTENSIONS | wanted | {"json", "txt"})
         return frozenset(IMAGE_EXTENSIONS | wanted)
 
     def read(self, parts: Mapping[str, bytes]) -> tuple[int | None, dict[str, Any] | None]:

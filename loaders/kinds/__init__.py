@@ -1,6 +1,7 @@
 """The kinds of output a loader makes, one module each behind :class:`OutputKind`
 (``loaders.kinds.base``): ``image`` (``pixel_values``), ``views`` (multi-crop), ``clip``
-(video clips), ``encoded`` (bytes + geometry for a device decoder).
+(video clips), ``interleaved`` (several images and text a sample), ``encoded`` (bytes +
+geometry for a device decoder).
 
 Adding a kind: one module, one line in :data:`KINDS`, its tests. A kind with settings of its
 own has one settings object (``OutputKind.settings``: :class:`loaders.Clips` is the clip
@@ -18,10 +19,11 @@ from loaders.kinds.base import OutputKind
 from loaders.kinds.clip import ClipKind
 from loaders.kinds.encoded import EncodedKind
 from loaders.kinds.image import ImageKind
+from loaders.kinds.interleaved import InterleavedKind
 from loaders.kinds.views import ViewsKind
 from wdstool.base.errors import ConfigError
 
-KINDS: tuple[type[OutputKind], ...] = (EncodedKind, ClipKind, ViewsKind, ImageKind)
+KINDS: tuple[type[OutputKind], ...] = (EncodedKind, ClipKind, InterleavedKind, ViewsKind, ImageKind)
 
 
 def kind_for(config: LoaderConfig) -> type[OutputKind]:

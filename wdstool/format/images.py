@@ -181,3 +181,20 @@ def jpeg_exif_orientation(data: bytes) -> tuple[int, int] | None:
             value = u16(entry + 8)
             return None if value is None else (entry + 8, value)
     return None
+
+
+def numbered_image(ext: str) -> int | None:
+    """The index of a numbered image member of a sample with several images (``"3.jpg"`` of
+    ``KEY.3.jpg`` -> 3); None for any other extension."""
+    n, dot, rest = ext.partition(".")
+    return int(n) if dot and n.isdigit() and rest.lower() in IMAGE_EXTENSIONS else None
+
+
+class WithNumberedImages(frozenset[str]):
+    """A set of member extensions that also holds every numbered image (``"0.jpg"``,
+    ``"12.png"``): what a reader keeps of samples with several images."""
+
+    def __contains__(self, ext: object) -> bool:
+        return frozenset.__contains__(self, ext) or (
+            isinstance(ext, str) and numbered_image(ext) is not None
+        )

@@ -1,0 +1,151 @@
+"""Interleaved image-text samples (``make_loader(src, output=Interleaved(...))``,
+``loaders.interleaved``): every image of a sample through the recipe (or the native-resolution
+rule), seeded per (sample, occurrence, image index); a batch's images as one flat uint8 buffer
+(``images``, in the pool slot where it fits) with ``image_sizes`` [N,2] and ``image_owner``
+[N]; each sample's order of text and images as ``segments``."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from loaders.config import LoaderConfig
+from loaders.delivery import BatchMeta, Slot
+from loaders.interleaved import Interleaved, sample_segments
+from loaders.kinds.base import NextSample, OutputKind
+from loaders.pool import new_tensor, slot_bytes
+from loaders.read import Located
+from loaders.recipe import Seeder, check_output
+from wdstool.base import counters
+from wdstool.base.errors import ConfigError, SampleError
+
+POOL_IMAGES = 2  # a slot holds this many of the largest images per sample...
+POOL_CAP = 64 << 20  # ...up to this many bytes; a batch of more is allocated, not pooled
+
+
+class InterleavedKind(OutputKind):
+    name = "interleaved"
+    pixel_key = "images"
+    keys = ("images", "image_sizes", "image_owner", "segments")
+    settings = Interleaved
+    adds_fields = True  # segments
+
+    def __init__(self, config: LoaderConfig, recipes: tuple[Any, ...]) -> None:
+        super().__init__(config, recipes)
+        self.spec: Interleaved = config.sample
+
+    @staticmethod
+    def applies(config: LoaderConfig) -> bool:
+        return isinstance(config.sample, Interleaved)
+
+    @classmethod
+    def arguments(
+        cls, settings: Any, *, views: Any, output: str, channels_last: bool, repeats: int
+    ) -> tuple[str, int]:
+        if views is not None:
+            raise ConfigError("Interleaved and views: give each image one recipe")
+        if output not in ("auto", "uint8"):
+            raise ConfigError(
+                f"Interleaved with output={output!r}: the images are uint8 (of many sizes); "
+                "normalize them on the device"
+            )
+        if channels_last:
+            raise ConfigError("Interleaved and channels_last: the images cross as a flat buffer")
+        return "uint8", repeats
+
+    @classmethod
+    def settle(cls, sources: Sequence[Any], config: LoaderConfig) -> tuple[list[Any], LoaderConfig]:
+        """Numbered image members, KEY.json and KEY.txt read; a recipe that gives uint8 images."""
+        recipe = config.recipes.at(0)[0]
+        if config.sample.native is None and recipe.dtype not in (torch.uint8, None):
+            raise ConfigError(
+                "Interleaved: end the transform at uint8 (the images cross as uint8 bytes); "
+                "normalize on the device"
+            )
+        return [replace(s, schema=replace(s.schema, numbered=True)) for s in sources], config
+
+    @classmethod
+    def slot_bytes(cls, config: LoaderConfig) -> int:
+        spec: Interleaved = config.sample
+        if spec.native is not None:
+            pixels = spec.native.max_pixels
+        else:
+            size = config.recipes.largest()[0]
+            if size is None:
+                return 0
+            h, w = (size, size) if isinstance(size, int) else size
+            pixels = h * w
+        n = config.epoch.batch_size
+        return slot_bytes(min(POOL_CAP, n * POOL_IMAGES * 3 * pixels), n)
+
+    @classmethod
+    def describe(cls, config: LoaderConfig) -> str:
+        return config.sample.describe()  # type: ignore[no-any-return]
+
+    def decode(
+        self, loc: Located, rng: random.Random, seeder: Seeder, where: str
+    ) -> tuple[Any, dict[str, Any] | None]:
+        segments, datas = sample_segments(loc.sample, loc.url)
+        most = self.spec.max_images
+        if most is not None and len(datas) > most:
+            counters.count("images_dropped", len(datas) - most)
+            datas = datas[:most]
+            segments = [s for s in segments if not isinstance(s, int) or s < most]
+        base = rng.getrandbits(64)  # each image from its own generator: (sample, image index)
+        images = [
+            self._image(data, random.Random(base + i), seeder, where)
+            for i, data in enumerate(datas)
+        ]
+        return images, {"segments": segments}
+
+    def _image(self, data: bytes, rng: random.Random, seeder: Seeder, where: str) -> torch.Tensor:
+        native = self.spec.native
+        if native is not None:
+            return native(data, where)
+        scaled = self.config.batch.scaled_decode
+        img = self.recipes[0](data, rng, seeder, None, scaled=scaled, where=where)
+        check_output(img, where, torch.uint8)
+        if img.ndim != 3 or img.shape[0] != 3:
+            raise SampleError(f"{where}: the transform returned {list(img.shape)}, not [3,H,W]")
+        return img
+
+    def fill(self, next_sample: NextSample, n: int, out: Slot, meta: BatchMeta) -> dict[str, Any]:
+        images: list[torch.Tensor] = []
+        owners: list[int] = []
+        for i in range(n):
+            got = next_sample()
+            images.extend(got.payload)
+            owners.extend([i] * len(got.payload))
+            meta.add(i, got)
+        sizes = torch.tensor([list(im.shape[1:]) for im in images], dtype=torch.int64)
+        total = sum(im.numel() for im in images)
+        try:
+            flat = out.tensor((total,), (1,), torch.uint8)
+        except ValueError:  # more than the slot holds: a buffer of its own
+            flat = new_tensor((total,), (1,), torch.uint8, out.shared)
+        at = 0
+        for im in images:
+            flat[at : at + im.numel()].view(im.shape).copy_(im)
+            at += im.numel()
+        return {
+            "images": out.send(flat),
+            "image_sizes": sizes.reshape(len(images), 2),
+            "image_owner": torch.tensor(owners, dtype=torch.int64),
+        }
+
+
+def split_images(batch: dict[str, Any]) -> list[torch.Tensor]:
+    """The images of an interleaved batch, each a uint8 [3,h,w] view of ``batch["images"]``
+    (no copy; on whatever device the batch is), in the order of ``image_owner``."""
+    flat, out, at = batch["images"], [], 0
+    for h, w in batch["image_sizes"].tolist():
+        out.append(flat[at : at + 3 * h * w].view(3, h, w))
+        at += 3 * h * w
+    return out
+
+
+__all__ = ["InterleavedKind", "split_images"]
