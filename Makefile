@@ -23,7 +23,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml setup.py wdstool/format/_jpegcrop.c wdstool/format/_jpegtran.c wdstool/format/_jpegguard.h wdstool/format/_mapread.c loaders/recipe/_pilresample.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet $(TORCH_PINS) -e '.[dev,ray,parquet,lightning,accelerate,torchtnt,show,docs,monitor,video]'
+	$(PY) -m pip install --quiet $(TORCH_PINS) -e '.[dev,ray,parquet,lightning,accelerate,torchtnt,show,docs,monitor,video,text]'
 	touch $(STAMP)
 
 demo: $(STAMP)
