@@ -14,6 +14,7 @@ from loaders.recipe.normalize import normalize
 from loaders.recipe.schedule import linear_ramp
 from loaders.schema import Pad
 from loaders.source import Source
+from loaders.text import TextTokenizer
 from wdstool.base.retry import RetryPolicy
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "RetryPolicy",
     "Source",
     "StreamingLoader",
+    "TextTokenizer",
     "linear_ramp",
     "make_loader",
     "normalize",
