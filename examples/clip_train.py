@@ -5,8 +5,12 @@ the loader's workers and arrive as a batch tensor beside the pixels.
 
 The data may be any WebDataset shards with ``KEY.jpg`` + ``KEY.txt`` (img2dataset's layout, a
 ``wdstool pack`` of a listing with a caption column, ...), with or without an index.json.
-``Tokenize`` here is a stand-in (words hashed to ids): pass your real tokenizer the same way,
-as a picklable callable taking the sample's fields and returning tensors of one length.
+``Tokenize`` here is a stand-in (words hashed to ids), so the example runs without a tokenizer
+file. With your model's Hugging Face tokenizer, built once per worker:
+``tok = loaders.TextTokenizer("tokenizer.json", max_length=77)``, then
+``fields_fn=tok.fields("caption", to="caption_ids")``,
+``pad_fields={"caption_ids": tok.pad_id}`` and ``nn.EmbeddingBag(tok.vocab_size, ...)``
+(docs/guides/vision-language.md).
 """
 
 from __future__ import annotations
