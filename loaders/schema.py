@@ -44,6 +44,7 @@ RESERVED = frozenset(
         "images",
         "image_sizes",
         "image_owner",
+        "image_spans",
         "segments",
     }
 )

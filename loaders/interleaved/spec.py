@@ -11,9 +11,12 @@ the sample); ``loaders.split_images(batch)`` gives the images back as tensors.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from loaders.interleaved.native import NativeResolution
+from loaders.text import TextTokenizer
 from wdstool.base.errors import ConfigError
 
 
@@ -25,8 +28,22 @@ class Interleaved:
 
     native: NativeResolution | None = None
     max_images: int | None = None
+    tokenizer: TextTokenizer | None = None
+    image_tokens: Callable[[int, int], int] | None = None  # picklable: run in the workers
 
     def __post_init__(self) -> None:
+        if self.tokenizer is not None:
+            if not isinstance(self.tokenizer, TextTokenizer):
+                raise ConfigError(
+                    f"Interleaved: tokenizer={self.tokenizer!r}: give a loaders.TextTokenizer"
+                )
+            if self.tokenizer.image_token_id is None:
+                raise ConfigError(
+                    "Interleaved: the tokenizer needs image_token= (e.g. '<image>'), the "
+                    "placeholder of each image in a sample's ids"
+                )
+        if self.image_tokens is not None and not callable(self.image_tokens):
+            raise ConfigError("Interleaved: image_tokens must be a function (height, width) -> int")
         if self.native is not None and not isinstance(self.native, NativeResolution):
             raise ConfigError(
                 f"Interleaved: native={self.native!r}: give a loaders.NativeResolution(...)"
@@ -34,6 +51,23 @@ class Interleaved:
         m = self.max_images
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 0):
             raise ConfigError(f"Interleaved: max_images must be an int >= 0, got {m!r}")
+
+    def tokens_of(self, height: int, width: int) -> int:
+        """Placeholder tokens of an image of this output size."""
+        if self.image_tokens is not None:
+            n = self.image_tokens(height, width)
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise ConfigError(
+                    f"Interleaved: image_tokens({height}, {width}) returned {n!r}, not an int >= 1"
+                )
+            return n
+        p = self.native.patch if self.native is not None else 14
+        return max(1, (height // p) * (width // p))
+
+    @property
+    def pad_id(self) -> Any:
+        pad = None if self.tokenizer is None else self.tokenizer.pad_id
+        return 0 if pad is None else pad
 
     def describe(self) -> str:
         how = (
@@ -43,7 +77,8 @@ class Interleaved:
             else "every image through the recipe"
         )
         most = f", at most {self.max_images} images a sample" if self.max_images is not None else ""
-        return f"interleaved samples: {how}{most}"
+        tok = f", tokenized by {self.tokenizer!r}" if self.tokenizer is not None else ""
+        return f"interleaved samples: {how}{most}{tok}"
 
 
 __all__ = ["Interleaved"]

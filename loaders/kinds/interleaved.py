@@ -2,7 +2,8 @@
 ``loaders.interleaved``): every image of a sample through the recipe (or the native-resolution
 rule), seeded per (sample, occurrence, image index); a batch's images as one flat uint8 buffer
 (``images``, in the pool slot where it fits) with ``image_sizes`` [N,2] and ``image_owner``
-[N]; each sample's order of text and images as ``segments``."""
+[N]; each sample's order of text and images as ``segments``; with a tokenizer, ``input_ids``
+with each image's placeholder run in ``image_spans``."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from loaders.kinds.base import NextSample, OutputKind
 from loaders.pool import new_tensor, slot_bytes
 from loaders.read import Located
 from loaders.recipe import Seeder, check_output
+from loaders.schema import Pad
 from wdstool.base import counters
 from wdstool.base.errors import ConfigError, SampleError
 
@@ -30,7 +32,7 @@ POOL_CAP = 64 << 20  # ...up to this many bytes; a batch of more is allocated, n
 class InterleavedKind(OutputKind):
     name = "interleaved"
     pixel_key = "images"
-    keys = ("images", "image_sizes", "image_owner", "segments")
+    keys = ("images", "image_sizes", "image_owner", "image_spans", "segments")
     settings = Interleaved
     adds_fields = True  # segments
 
@@ -66,6 +68,9 @@ class InterleavedKind(OutputKind):
                 "Interleaved: end the transform at uint8 (the images cross as uint8 bytes); "
                 "normalize on the device"
             )
+        if config.sample.tokenizer is not None and "input_ids" not in dict(config.pads):
+            pads = (*config.pads, ("input_ids", Pad(config.sample.pad_id)))
+            config = replace(config, pads=pads)
         return [replace(s, schema=replace(s.schema, numbered=True)) for s in sources], config
 
     @classmethod
@@ -100,7 +105,16 @@ class InterleavedKind(OutputKind):
             self._image(data, random.Random(base + i), seeder, where)
             for i, data in enumerate(datas)
         ]
-        return images, {"segments": segments}
+        fields: dict[str, Any] = {"segments": segments}
+        tok = self.spec.tokenizer
+        if tok is None:
+            return (images, None), fields
+        counts = [self.spec.tokens_of(im.shape[1], im.shape[2]) for im in images]
+        enc = tok.encode_interleaved(segments, counts)
+        if enc.images_dropped:
+            counters.count("images_dropped", enc.images_dropped)
+        fields["input_ids"] = enc.input_ids
+        return ([images[i] for i in enc.images], enc.placeholders), fields
 
     def _image(self, data: bytes, rng: random.Random, seeder: Seeder, where: str) -> torch.Tensor:
         native = self.spec.native
@@ -116,10 +130,14 @@ class InterleavedKind(OutputKind):
     def fill(self, next_sample: NextSample, n: int, out: Slot, meta: BatchMeta) -> dict[str, Any]:
         images: list[torch.Tensor] = []
         owners: list[int] = []
+        spans: list[tuple[int, int]] = []
         for i in range(n):
             got = next_sample()
-            images.extend(got.payload)
-            owners.extend([i] * len(got.payload))
+            kept, placeholders = got.payload
+            images.extend(kept)
+            owners.extend([i] * len(kept))
+            if placeholders is not None:
+                spans.extend(placeholders)
             meta.add(i, got)
         sizes = torch.tensor([list(im.shape[1:]) for im in images], dtype=torch.int64)
         total = sum(im.numel() for im in images)
@@ -131,11 +149,14 @@ class InterleavedKind(OutputKind):
         for im in images:
             flat[at : at + im.numel()].view(im.shape).copy_(im)
             at += im.numel()
-        return {
+        batch = {
             "images": out.send(flat),
             "image_sizes": sizes.reshape(len(images), 2),
             "image_owner": torch.tensor(owners, dtype=torch.int64),
         }
+        if self.spec.tokenizer is not None:
+            batch["image_spans"] = torch.tensor(spans, dtype=torch.int64).reshape(len(images), 2)
+        return batch
 
 
 def split_images(batch: dict[str, Any]) -> list[torch.Tensor]:

@@ -241,3 +241,40 @@ def test_settings_an_interleaved_loader_refuses(shards: Path) -> None:
         NativeResolution(min_pixels=900, max_pixels=800)
     with pytest.raises(ConfigError, match=r"give a loaders\.NativeResolution"):
         Interleaved(native=224)  # type: ignore[arg-type]
+
+
+def test_tokenized_samples_put_each_images_placeholders_in_its_place(
+    shards: Path, tmp_path: Path
+) -> None:
+    """input_ids are the tokenizer's own encoding of the sample's order, each image a run of
+    placeholder ids as long as image_tokens says for its output size, at image_spans."""
+    from loaders import TextTokenizer
+    from tests.support.tokenizers_local import save_json
+
+    path = save_json(tmp_path / "tokenizer.json")
+    tok = TextTokenizer(str(path), image_token="<image>")
+    rule = NativeResolution(min_pixels=28 * 28, max_pixels=56 * 84)
+    spec = Interleaved(native=rule, tokenizer=tok, image_tokens=_tokens_per_image)
+    kw: dict[str, Any] = dict(output=spec, num_workers=2)
+    loader = _loader(shards, **kw)
+    seen = 0
+    for batch in loader:
+        owner = batch["image_owner"].tolist()
+        images = split_images(batch)
+        for i, _key in enumerate(batch["keys"]):
+            n = int(batch["input_ids_lengths"][i])
+            ids = batch["input_ids"][i, :n]
+            assert not batch["input_ids_mask"][i, n:].any()
+            mine = [j for j, o in enumerate(owner) if o == i]
+            counts = [_tokens_per_image(*images[j].shape[1:]) for j in mine]
+            want = tok.encode_interleaved(batch["segments"][i], counts)
+            assert torch.equal(ids, want.input_ids)
+            for j, (start, length) in zip(mine, batch["image_spans"][mine].tolist(), strict=True):
+                assert length == _tokens_per_image(*images[j].shape[1:])
+                assert (ids[start : start + length] == tok.image_token_id).all()
+                seen += 1
+    assert seen == sum(k % 4 for k in range(SAMPLES))
+
+
+def _tokens_per_image(h: int, w: int) -> int:
+    return (h // 28) * (w // 28)
