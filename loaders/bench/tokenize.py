@@ -2,6 +2,7 @@
 
 Real tokenizers (BPE, SentencePiece) cost more per caption, but the loader's share of the work
 is the same: one call per sample in the workers, a fixed-length tensor back, stacked per batch.
+For training with a real tokenizer: ``loaders.TextTokenizer`` (``loaders/text/``).
 """
 
 from __future__ import annotations
