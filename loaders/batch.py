@@ -21,7 +21,7 @@ from loaders.config import LoaderConfig, OnError
 from loaders.delivery import BatchMeta, Decoded, Delivery, Slot, pack_small
 from loaders.kinds import OutputKind
 from loaders.monitor.clock import WorkerClock
-from loaders.plan import Uneven, WorkerPlan
+from loaders.plan import Uneven
 from loaders.pool import BufferPool
 from loaders.read import Located
 from loaders.recipe import Seeder, Where
@@ -159,22 +159,17 @@ class BatchAssembler:
             raise SampleError(f"all {pending} samples of this worker's share are bad")
 
     def batches(
-        self, samples: Iterable[Located], plan: WorkerPlan, batch_size: int
+        self, samples: Iterable[Located], sizes: list[int], worker: int
     ) -> Iterator[Delivery]:
-        """Yield ``plan.num_batches`` batches (fewer after a resume: those after
-        ``plan.skip`` samples); the last has ``plan.last_batch_size`` items."""
-        sizes = [batch_size] * plan.num_batches
-        if sizes:
-            sizes[-1] = plan.last_batch_size
-        sizes = sizes[plan.first_batch(batch_size) :]
+        """Yield a batch of each of ``sizes`` samples (a plan worker's remaining batches:
+        ``WorkerPlan.batch_sizes``, or a kind's own plan's)."""
         it = self.decoded(samples)
 
         def next_sample() -> Decoded:
             got = next(it, None)
             if got is None:
                 raise ShardError(
-                    f"worker {plan.worker}: ran out of samples before its planned "
-                    f"{plan.num_samples}"
+                    f"worker {worker}: ran out of samples before its planned {sum(sizes)}"
                 )
             return got
 

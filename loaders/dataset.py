@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from torch.utils.data import IterableDataset, get_worker_info
 
@@ -51,6 +52,7 @@ class LoaderSource:
     access: ShardAccess
     schema: SampleSchema
     weight: float = 1.0
+    lengths: Any = field(default=None, compare=False, repr=False)  # tokens a sample (packing)
 
     @property
     def key(self) -> int:
@@ -108,6 +110,8 @@ class ShardStreamDataset(IterableDataset):
         self._shared_pool: SharedPool | None = None
         self._pools: dict[int, BufferPool] = {}
         self._batch_nbytes = self.kind.slot_bytes(config)
+        self._packs = bool(getattr(self.kind, "plans_itself", False))
+        self._packed_plan: tuple[Any, Any] | None = None
         # set by StreamingLoader.load_state_dict before workers start
         self.resume: Resume | None = None
         self._resumed_plan: tuple[Resume, RankPlan] | None = None
@@ -192,7 +196,7 @@ class ShardStreamDataset(IterableDataset):
         A resumed epoch yields only the last ``remaining_batches()`` of them."""
         resume = self.resumed()
         if resume is None:
-            return self._len
+            return self.plan().num_batches if self._packs else self._len
         return self.batches_before() + self.plan().remaining_batches
 
     def batches_before(self) -> int:
@@ -203,7 +207,9 @@ class ShardStreamDataset(IterableDataset):
 
     def remaining_batches(self) -> int:
         """Batches one pass over the current epoch yields on this rank."""
-        return self._len if self.resumed() is None else self.plan().remaining_batches
+        if self.resumed() is None and not self._packs:
+            return self._len
+        return self.plan().remaining_batches
 
     def _worker_pool(self, worker: int) -> BufferPool | None:
         """The batch slots of one worker process (or thread), kept across epochs (None: no
@@ -224,6 +230,11 @@ class ShardStreamDataset(IterableDataset):
         rest of the interrupted one."""
         spec = self.config.epoch.at(self.epoch if epoch is None else epoch)
         resume = self.resumed(spec.epoch)
+        if self._packs:  # a kind that plans its batches itself (packed sequences)
+            key = (spec, resume, self.topology)
+            if self._packed_plan is None or self._packed_plan[0] != key:
+                self._packed_plan = (key, self.kind.epoch_plan(self, spec, resume))  # type: ignore[attr-defined]
+            return self._packed_plan[1]  # type: ignore[no-any-return]
         if resume is None:
             return plan_epoch(self.mixture, spec, self.topology)
         if self._resumed_plan is None or self._resumed_plan[0] != resume:
@@ -261,19 +272,23 @@ class ShardStreamDataset(IterableDataset):
         sources = [self.sources[i] for i in ids]
         wplan = plan.workers[plan_worker]
         skip = b.on_error is OnError.SKIP
-        samples = worker_stream(
-            wplan,
-            shard_reader([s.reader() for s in sources], skip_damaged=skip),
-            shuffle_buffer=spec.buffer,
-            batch_size=spec.batch_size,
-        )
+        read_run = shard_reader([s.reader() for s in sources], skip_damaged=skip)
+        kind = self.kind(self.config, self.recipes.at(self.epoch))
+        if self._packs:  # the batches' samples in their order, the worker's windows read once
+            samples, sizes, layouts = kind.worker_samples(wplan, sources[0].index.sizes, read_run)  # type: ignore[attr-defined]
+            kind.layouts = iter(layouts)  # type: ignore[attr-defined]
+        else:
+            samples = worker_stream(
+                wplan, read_run, shuffle_buffer=spec.buffer, batch_size=spec.batch_size
+            )
+            sizes = wplan.batch_sizes(spec.batch_size)
         in_worker = get_worker_info() is not None
         pool = self._worker_pool(plan_worker if slot is None else slot) if pooled else None
         if pool is not None:  # slots of an abandoned pass that never reached the loop
             pool.reclaim()
         assembler = BatchAssembler(
             self.config,
-            self.kind(self.config, self.recipes.at(self.epoch)),
+            kind,
             schemas=tuple(s.schema for s in sources),
             source_ids=ids if self.config.with_source else None,
             where=Where.WORKER if in_worker else Where.THREAD if pooled else Where.MAIN,
@@ -281,4 +296,4 @@ class ShardStreamDataset(IterableDataset):
             shared=pooled and in_worker,
             pool=pool,
         )
-        yield from assembler.batches(samples, wplan, spec.batch_size)
+        yield from assembler.batches(samples, sizes, wplan.worker)

@@ -40,6 +40,13 @@ class WorkerPlan:
     def items(self) -> tuple[Item, ...]:
         return self.pieces or self.slices
 
+    def batch_sizes(self, batch_size: int) -> list[int]:
+        """The sizes of the batches this worker still delivers (all full but the last)."""
+        sizes = [batch_size] * self.num_batches
+        if sizes:
+            sizes[-1] = self.last_batch_size
+        return sizes[self.first_batch(batch_size) :]
+
     def first_batch(self, batch_size: int) -> int:
         """Index of the first batch this worker still delivers: ``skip`` is a whole number of
         batches, or everything."""
