@@ -5,7 +5,8 @@ no I/O, no environment, no torch.distributed, no global RNG (an import contract 
 storage out of this package). Everything that must hold (disjoint cover, equal batch counts on
 every rank, determinism, resume = continuation) is a property of these modules:
 ``epoch`` (a fresh epoch), ``resume`` (the rest of an interrupted one, same or other topology),
-``shuffle`` (seeds, the restartable block shuffle), ``items`` (slices and pieces).
+``shuffle`` (seeds, the restartable block shuffle), ``items`` (slices and pieces), ``packing``
+(samples of known token counts into sequences of a token budget).
 """
 
 from loaders.plan.epoch import (
@@ -19,6 +20,7 @@ from loaders.plan.epoch import (
 )
 from loaders.plan.items import Item, Mix, Piece, Slice, take_items
 from loaders.plan.mixture import MixSource, Mixture, apportion
+from loaders.plan.packing import Packing, Span, pack_sequences
 from loaders.plan.resume import Segment, plan_resumed, remaining_items
 from loaders.plan.shuffle import block_permutation, block_seed, first_block, shuffle_blocks
 from loaders.plan.spec import EpochSpec, Topology, Uneven, as_enum, as_uneven, k_of
@@ -30,11 +32,13 @@ __all__ = [
     "Mix",
     "MixSource",
     "Mixture",
+    "Packing",
     "Piece",
     "RankPlan",
     "RankShare",
     "Segment",
     "Slice",
+    "Span",
     "Topology",
     "Uneven",
     "WorkerPlan",
@@ -46,6 +50,7 @@ __all__ = [
     "first_block",
     "k_of",
     "num_batches",
+    "pack_sequences",
     "plan_epoch",
     "plan_resumed",
     "remaining_items",
