@@ -5,7 +5,10 @@ It follows the wids shard-index layout so other tools read it (``__kind__``, ``w
 totals, pack options, a fingerprint of the layout, the skipped inputs and a format version, and,
 once something was appended, the version history (:mod:`wdstool.format.versions`); a data set
 with videos says how many and their duration in all (``"videos": {"count", "seconds"}``, absent
-without videos, so an image data set's manifest is what it always was).
+without videos, so an image data set's manifest is what it always was); one of samples with
+several images and texts keeps, per shard, each sample's image count, image sizes and text
+length (``"interleaved"``: :mod:`wdstool.format.interleaved` describes the lists), and their
+totals at the top (``"interleaved": {"samples", "images", "chars"}``), both absent otherwise.
 Shard URLs are relative to the manifest. Serialisation is canonical (sorted keys, fixed
 separators), so the same dataset always gives the same bytes.
 """
@@ -20,6 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from wdstool.base.errors import ShardError
+from wdstool.format.interleaved import (
+    InterleavedShard,
+    InterleavedTotals,
+    compact_lists,
+    totals,
+)
 from wdstool.format.versions import Version, parse_versions
 
 MANIFEST_NAME = "index.json"
@@ -35,7 +44,8 @@ class ShardEntry(NamedTuple):
     """One shard of the manifest (a named tuple: 100,000 of them are built in ~0.03 s).
     ``filesize`` -1: not known (optional in a wids index); ``offsets``: where each sample's
     first header starts, when the index says (``wdstool index --out`` writes them), so a
-    reader can start inside the shard."""
+    reader can start inside the shard. (A shard of samples with several images has its
+    facts in :attr:`Manifest.facts`: readers unpack these five fields at once.)"""
 
     url: str
     nsamples: int
@@ -81,6 +91,13 @@ class Manifest:
     name: str = ""
     versions: tuple[Version, ...] = ()  # () until something is appended
     videos: VideoTotals = NO_VIDEOS  # recorded by pack (reshard and split do not count them)
+    # per shard, the facts of its samples of several images (None: a shard of other samples);
+    # () for a data set without any
+    facts: tuple[InterleavedShard | None, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.facts and len(self.facts) != len(self.shards):
+            raise ValueError(f"{len(self.facts)} shards' facts for {len(self.shards)} shards")
 
     @property
     def num_samples(self) -> int:
@@ -93,6 +110,12 @@ class Manifest:
     @property
     def shard_sizes(self) -> list[int]:
         return [s.nsamples for s in self.shards]
+
+    @property
+    def interleaved(self) -> InterleavedTotals | None:
+        """Samples, images and text characters of the shards of samples with several images
+        (None: a data set without them)."""
+        return totals(self.facts)
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -110,14 +133,29 @@ class Manifest:
             "skipped": list(self.skipped),
             "shardlist": [s.to_json() for s in self.shards],
         }
+        for entry, facts in zip(out["shardlist"], self.facts, strict=False):
+            if facts is not None:
+                entry["interleaved"] = facts.to_json()
         if self.versions:  # a data set never appended to keeps the manifest it always had
             out["versions"] = [v.to_json() for v in self.versions]
         if self.videos.count:
             out["videos"] = self.videos.to_json()
+        interleaved = self.interleaved
+        if interleaved is not None:
+            out["interleaved"] = interleaved.to_json()
         return out
 
     def dumps(self) -> bytes:
-        return (json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n").encode("ascii")
+        obj = self.to_json()
+        lists: dict[str, Any] = {}
+        for n, entry in enumerate(obj["shardlist"]):
+            facts = entry.get("interleaved")
+            if facts is not None:  # each list on one line: a line per number is ~3x larger
+                for name in sorted(facts):
+                    token = f"\0interleaved {n} {name}\0"
+                    lists[token], facts[name] = facts[name], token
+        text = json.dumps(obj, indent=1, sort_keys=True)
+        return (compact_lists(text, lists) + "\n").encode("ascii")
 
 
 def _need(obj: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
@@ -152,6 +190,7 @@ def manifest_from_json(obj: Any, where: str) -> Manifest:
         )
     shardlist = _need(obj, "shardlist", list, where)
     shards = []
+    facts: list[InterleavedShard | None] = []
     seen: set[str] = set()
     for n, raw in enumerate(shardlist):
         # the common case in one expression (type() is, not isinstance: bool is not an int
@@ -171,6 +210,12 @@ def manifest_from_json(obj: Any, where: str) -> Manifest:
             if offsets is not None:
                 offsets = _offsets(offsets, nsamples, f"{where} shardlist[{n}]")
             shards.append(ShardEntry(url, nsamples, filesize, sha, offsets))
+            raw_facts = raw.get("interleaved")
+            facts.append(
+                None
+                if raw_facts is None
+                else InterleavedShard.from_json(raw_facts, nsamples, f"{where} shardlist[{n}]")
+            )
             continue
         at = f"{where} shardlist[{n}]"
         if not isinstance(raw, dict):
@@ -199,6 +244,7 @@ def manifest_from_json(obj: Any, where: str) -> Manifest:
         name=str(obj.get("name", "")),
         versions=parse_versions(obj.get("versions"), len(shards), where),
         videos=_videos(obj.get("videos"), where),
+        facts=tuple(facts) if any(f is not None for f in facts) else (),
     )
 
 
@@ -245,7 +291,10 @@ def build_manifest(
     name: str = "",
     versions: Sequence[Version] = (),
     videos: VideoTotals = NO_VIDEOS,
+    facts: Sequence[InterleavedShard | None] = (),
 ) -> Manifest:
+    """A manifest of ``entries``; ``facts``: per entry, its samples of several images' facts
+    (None for a shard of other samples; all None or empty: a data set without them)."""
     return Manifest(
         shards=tuple(entries),
         classes=tuple(classes),
@@ -255,6 +304,7 @@ def build_manifest(
         name=name,
         versions=tuple(versions),
         videos=videos,
+        facts=tuple(facts) if any(f is not None for f in facts) else (),
     )
 
 
