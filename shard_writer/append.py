@@ -20,14 +20,15 @@ import datetime
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from shard_writer.dest import STATE_DIR, Destination
 from shard_writer.publish import STATE_NAME
 from shard_writer.write import ShardOutcome
 from wdstool.base.errors import DestinationError, InputError, WdsToolError
+from wdstool.format.interleaved import InterleavedShard
 from wdstool.format.manifest import (
     MANIFEST_NAME,
     NO_VIDEOS,
@@ -183,6 +184,8 @@ class Added:
     next_key: int
     options: dict[str, Any]
     videos: VideoTotals = NO_VIDEOS
+    # samples of several images: each new shard's facts, by name
+    interleaved: Mapping[str, InterleavedShard] = field(default_factory=dict)
 
 
 def appended_manifest(base: Base, added: Added) -> Manifest:
@@ -218,4 +221,13 @@ def appended_manifest(base: Base, added: Added) -> Manifest:
         name=old.name,
         versions=(*base.versions, version),
         videos=old.videos.plus(added.videos),
+        facts=_facts(old, added),
     )
+
+
+def _facts(old: Manifest, added: Added) -> tuple[InterleavedShard | None, ...]:
+    """Every shard's facts of samples of several images, old and added (() when none has)."""
+    new = [added.interleaved.get(o.name) for o in added.outcomes]
+    if not old.facts and not any(new):
+        return ()
+    return (*(old.facts or [None] * len(old.shards)), *new)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -22,6 +22,7 @@ from shard_writer.execute import Engine, execute
 from shard_writer.options import PackSummary, ProgressFn, WriteOptions
 from shard_writer.publish import prepare_dest, reusable, summary_from_manifest
 from shard_writer.write import ShardOutcome
+from wdstool.format.interleaved import InterleavedShard, totals
 from wdstool.format.manifest import (
     MANIFEST_NAME,
     NO_VIDEOS,
@@ -58,6 +59,8 @@ class Job:
     next_key: int = 0
     extra: dict[str, Any] = field(default_factory=dict)  # merged into the summary
     videos: VideoTotals = NO_VIDEOS  # of the samples written (pack: from the probe)
+    # samples of several images: each shard's facts for the manifest, by shard name
+    interleaved: Mapping[str, InterleavedShard] = field(default_factory=dict)
 
 
 def commit(
@@ -102,6 +105,7 @@ def commit(
             options=job.recorded,
             skipped=job.skipped,
             videos=job.videos,
+            facts=[job.interleaved.get(o.name) for o in outcomes],
         )
     else:
         manifest = appended_manifest(
@@ -116,6 +120,7 @@ def commit(
                 next_key=job.next_key,
                 options=job.recorded,
                 videos=job.videos,
+                interleaved=job.interleaved,
             ),
         )
     if job.options.sync:
@@ -125,6 +130,9 @@ def commit(
     extra = dict(job.extra)
     if job.videos.count:
         extra["videos"] = job.videos.to_json()
+    written = totals(job.interleaved.values())  # what this write holds
+    if written is not None:
+        extra["interleaved"] = written.to_json()
     if job.options.restart_markers:
         extra["restart_markers"] = restart_summary(outcomes)
     if manifest.versions:

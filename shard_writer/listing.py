@@ -19,6 +19,10 @@ file, local or at any fsspec URL. Columns (renamed with :class:`ListingColumns`)
   parquet values: dates, times and timestamps become ISO 8601 strings and decimals exact
   strings; binary values and durations are an error naming the column.
 
+A JSON Lines or parquet listing whose rows are documents of several images and texts (a list
+column ``images`` and no ``path``; or ``images_column=``) is read by
+:mod:`shard_writer.interleaved`.
+
 Everything is checked here, before any image is read: a bad listing is one error naming the
 file and the row, never a partial dataset. The images are checked by the probe, as a tree's.
 """
@@ -31,8 +35,9 @@ import posixpath
 from dataclasses import dataclass
 
 from shard_writer import sources
+from shard_writer.interleaved import Columns, scan_interleaved
 from shard_writer.listing_read import FORMATS, Row, read_rows
-from shard_writer.row_values import column_labels, jsonable, listing_folder, text_value
+from shard_writer.row_values import column_labels, jsonable, listing_folder, resolve, text_value
 from shard_writer.scan import Scan, SourceFile, scan_imagefolder
 from wdstool.base.credentials import redact
 from wdstool.base.errors import ConfigError, InputError, StorageError
@@ -43,15 +48,18 @@ USE = "use .csv, .tsv, .jsonl or .parquet"
 
 @dataclass(frozen=True, kw_only=True)
 class ListingColumns:
-    """Which columns hold the path, the label and the caption. A name given here must exist
-    in the listing; the defaults (``path``, ``label``, ``caption``) are optional but ``path``."""
+    """Which columns hold the path, the label and the caption (or, for samples of several
+    images, the list of images). A name given here must exist in the listing; the defaults
+    (``path``, ``label``, ``caption``) are optional but ``path``."""
 
     path: str | None = None
     label: str | None = None
     caption: str | None = None
+    images: str | None = None
 
     def __post_init__(self) -> None:
-        for opt, value in (("path", self.path), ("label", self.label), ("caption", self.caption)):
+        given = (("path", self.path), ("label", self.label), ("caption", self.caption))
+        for opt, value in (*given, ("images", self.images)):
             if value is not None and not value:
                 raise ConfigError(f"{opt}_column='': the column name is empty")
         names = self.names
@@ -59,6 +67,13 @@ class ListingColumns:
             raise ConfigError(
                 f"path_column=, label_column= and caption_column= must differ: {names}"
             )
+        if self.images is not None and self.path is not None:
+            raise ConfigError(
+                "path_column= names one image per row, images_column= a list of images per "
+                "row: choose one"
+            )
+        if self.images is not None and self.images in names[1:]:
+            raise ConfigError(f"images_column={self.images!r} is also the label or caption column")
 
     @property
     def names(self) -> tuple[str, str, str]:
@@ -66,7 +81,7 @@ class ListingColumns:
 
     @property
     def given(self) -> bool:
-        return (self.path, self.label, self.caption) != (None, None, None)
+        return (self.path, self.label, self.caption, self.images) != (None, None, None, None)
 
 
 def listing_format(src: str) -> str | None:
@@ -93,7 +108,8 @@ def scan_source(
         return scan_listing(src, fmt, columns, storage_options)
     if columns.given:
         raise ConfigError(
-            f"{src}: path_column=, label_column= and caption_column= apply to a listing SRC "
+            f"{src}: path_column=, label_column=, caption_column= and images_column= apply to "
+            "a listing SRC "
             f"(a .csv, .tsv, .jsonl or .parquet file), not to an ImageFolder tree"
         )
     path = local_path(src)
@@ -137,6 +153,17 @@ def scan_listing(
         and "video" not in (label_col, caption_col)
     ):
         path_col = "video"  # a listing of videos names its files so
+    images_col = columns.images or "images"
+    if columns.images is not None or (
+        columns.path is None and path_col not in names and images_col in names
+    ):
+        cols = Columns(
+            images=images_col,
+            label=label_col,
+            label_given=columns.label is not None,
+            caption=columns.caption,
+        )
+        return scan_interleaved(url, fmt, names, rows, cols, storage_options)
     for col, given, flag in (
         (path_col, True, "path"),
         (label_col, columns.label is not None, "label"),
@@ -208,17 +235,3 @@ def _read(url: str, storage_options: dict | None) -> bytes:
         raise InputError(f"{url}: no such listing file") from None
     except StorageError as exc:
         raise InputError(redact(exc.message, storage_options)) from None
-
-
-def resolve(base: str, path: str) -> str:
-    """Where a listing's ``path`` is: a URL as is, an absolute path as is, a relative path
-    against the listing's folder ``base`` (a local folder or a URL)."""
-    if "://" in path:
-        return local_path(path)
-    if path.startswith("/"):
-        return path
-    if not is_remote(base):
-        return os.path.normpath(os.path.join(base, path))
-    scheme, rest = base.split("://", 1)
-    bucket, _, prefix = rest.partition("/")
-    return f"{scheme}://{bucket}{posixpath.normpath(posixpath.join('/', prefix, path))}"

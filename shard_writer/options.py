@@ -110,7 +110,8 @@ class WriteOptions:
 class PackOptions(WriteOptions):
     """What :func:`shard_writer.pack` is asked to do: every :class:`WriteOptions` setting, a
     full decode of every image (``verify_decode``), and which columns of a listing SRC hold
-    the paths, labels, captions or (Hub-style parquet) the images themselves."""
+    the paths, labels, captions, a row's list of images (samples of several images) or
+    (Hub-style parquet) the images themselves."""
 
     verify_decode: bool = False
     # a listing SRC's columns (None: "path", "label", "caption"); a listing's content, not these
@@ -118,6 +119,9 @@ class PackOptions(WriteOptions):
     path_column: str | None = None
     label_column: str | None = None
     caption_column: str | None = None
+    # a listing of samples of several images: the column listing each row's images (None:
+    # "images", when the listing has no path column)
+    images_column: str | None = None
     # a parquet SRC whose images are in a column (Hub style): that column (None: "image", when
     # the file has no path column)
     image_column: str | None = None
@@ -125,7 +129,10 @@ class PackOptions(WriteOptions):
     def __post_init__(self) -> None:
         super().__post_init__()
         ListingColumns(
-            path=self.path_column, label=self.label_column, caption=self.caption_column
+            path=self.path_column,
+            label=self.label_column,
+            caption=self.caption_column,
+            images=self.images_column,
         )  # validates names
         if self.image_column is not None and not self.image_column:
             raise ConfigError("image_column='': the column name is empty")
@@ -133,7 +140,10 @@ class PackOptions(WriteOptions):
     @property
     def columns(self) -> ListingColumns:
         return ListingColumns(
-            path=self.path_column, label=self.label_column, caption=self.caption_column
+            path=self.path_column,
+            label=self.label_column,
+            caption=self.caption_column,
+            images=self.images_column,
         )
 
     @property

@@ -24,6 +24,8 @@ from shard_writer.commit import Job, commit
 from shard_writer.dest import Destination
 from shard_writer.execute import Engine, absolute, engine
 from shard_writer.hub import HubScan, HubShardTask, hub_order, hub_scan, probe_hub
+from shard_writer.interleaved import InterleavedScan
+from shard_writer.interleaved_write import docs_job
 from shard_writer.layout import Numbering, plan_layout
 from shard_writer.listing import scan_source
 from shard_writer.members import mixed_image_members, video_totals
@@ -32,7 +34,7 @@ from shard_writer.probe import probe_files
 from shard_writer.publish import fingerprint
 from shard_writer.scan import Scan, SourceFile
 from shard_writer.write import ShardTask
-from wdstool.base.errors import InputError, OnError
+from wdstool.base.errors import ConfigError, InputError, OnError
 
 log = logging.getLogger(__name__)
 __all__ = ["PackOptions", "PackSummary", "pack"]
@@ -50,6 +52,9 @@ def pack(
     """Pack ``src`` (an ImageFolder tree, or a listing file: a .csv, .tsv, .jsonl or .parquet
     file naming one image or video per row) into shards and ``index.json`` under ``dest_url``; with
     ``options.append``, as a new version of the data set already there.
+
+    A listing whose rows each list several images (``options.images_column``) packs one
+    sample per row, its images ``KEY.0.jpg``, ``KEY.1.png``, ... (:mod:`shard_writer.interleaved`).
 
     ``on_total(items, shards, phase)`` announces each phase ("probe", then "pack");
     ``progress(samples, source bytes, shards)`` reports increments within it. Raises WdsToolError subclasses with one-line messages.
@@ -85,6 +90,16 @@ def _pack(
         )
     dest = Destination(dest_url, storage_options)
     base = read_base(dest) if options.append else None
+    if isinstance(scan, InterleavedScan):  # samples of several images: shard_writer.interleaved
+        job = docs_job(
+            scan, src, dest, options, eng, base=base, progress=progress, on_total=on_total
+        )
+        return commit(job, eng, started, progress, on_total)
+    if base is not None and base.manifest.interleaved is not None:
+        raise ConfigError(
+            f"{dest.display()}: holds samples of several images; samples of one image cannot "
+            "be appended to it (pack them into a data set of their own)"
+        )
 
     if on_total:
         on_total(len(scan.files), 0, "probe")

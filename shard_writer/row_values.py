@@ -16,6 +16,7 @@ import datetime
 import decimal
 import math
 import os
+import posixpath
 import re
 from typing import Any
 
@@ -128,3 +129,17 @@ def jsonable(url: str, row: Row, col: str, value: Any) -> Any:
         f"{url}: {row.where()}: column {col!r} holds {type(value).__name__} values, which "
         "KEY.json cannot hold (drop or convert the column)"
     )
+
+
+def resolve(base: str, path: str) -> str:
+    """Where a listing's ``path`` is: a URL as is, an absolute path as is, a relative path
+    against the listing's folder ``base`` (a local folder or a URL)."""
+    if "://" in path:
+        return local_path(path)
+    if path.startswith("/"):
+        return path
+    if not is_remote(base):
+        return os.path.normpath(os.path.join(base, path))
+    scheme, rest = base.split("://", 1)
+    bucket, _, prefix = rest.partition("/")
+    return f"{scheme}://{bucket}{posixpath.normpath(posixpath.join('/', prefix, path))}"

@@ -10,7 +10,9 @@ warning naming the first one, since readers that take their columns from the fir
 
 A sample's media is its one image or video member (``KEY.mp4``, ``KEY.webm``, ...: the
 extensions of :mod:`wdstool.format.video`); a video member's bytes must be a video container,
-and ``decode`` probes it as pack did (its streams and frames, its first frame decoded).
+and ``decode`` probes it as pack did (its streams and frames, its first frame decoded). A
+sample of several images (``KEY.0.jpg``, ``KEY.1.png``, ...) is checked against its ``.json``
+lists and the manifest's facts by :mod:`shard_writer.verify_interleaved`.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from shard_writer.foreign_index import dataset_of
+from shard_writer.verify_interleaved import check_interleaved, member_set
 from wdstool.base.errors import ConfigError, ShardError, UnsafeMembersError, WdsToolError
 from wdstool.base.remote import open_shard
 from wdstool.format.images import IMAGE_EXTENSIONS
 from wdstool.format.indexes import split_fragment
+from wdstool.format.interleaved import is_interleaved, per_sample
 from wdstool.format.manifest import Manifest, manifest_url_for, resolve_shard_url
 from wdstool.format.shard_formats import TAR, format_for
 from wdstool.format.shardlist import is_pattern
@@ -112,6 +116,14 @@ def inspect_dataset(source: str, *, nkeys: int = 5, storage_options: dict | None
     counts = manifest.shard_sizes
     info = manifest.to_json()
     info.pop("videos", None)
+    docs = info.pop("interleaved", None)
+    if docs is not None:  # samples of several images: the totals, not every sample's facts
+        for entry in info["shardlist"]:
+            entry.pop("interleaved", None)
+        info["interleaved"] = {
+            **docs,
+            "images_per_sample": per_sample(manifest.facts),
+        }
     unknown = videos_seen and not manifest.videos.count
     info.update(
         num_videos=None if unknown else manifest.videos.count,
@@ -135,7 +147,7 @@ class MemberSets:
     offender: dict[str, Any] | None = None
 
     def see(self, url: str, key: str, extensions: Any) -> None:
-        exts = tuple(sorted(extensions))
+        exts = tuple(member_set(extensions))
         if self.first is None:
             self.first, self.first_at = exts, (url, key)
         elif self.offender is None and exts != self.first:
@@ -171,11 +183,13 @@ def _check_sample(sample: Any, url: str, nclasses: int, decode: bool) -> bool:
     manifest every sample needs one; without (a listing with integer labels or none), a label
     is optional, but must be an integer when present."""
     media = [e for e in sample.parts if e in IMAGE_EXTENSIONS or e in VIDEO_EXTENSIONS]
-    if len(media) != 1:
+    if is_interleaved(sample.parts):
+        media = []  # checked by check_interleaved
+    elif len(media) != 1:
         raise ShardError(
             f"{url}: sample {sample.key!r} has {len(media)} image or video members, expected 1"
         )
-    if media[0] in VIDEO_EXTENSIONS:
+    if media and media[0] in VIDEO_EXTENSIONS:
         _check_video(sample, media[0], url, decode)
     cls = sample.parts.get("cls")
     if cls is None:
@@ -183,7 +197,7 @@ def _check_sample(sample: Any, url: str, nclasses: int, decode: bool) -> bool:
             raise ShardError(f"{url}: sample {sample.key!r} has no .cls member")
     else:
         _check_label(sample.key, cls, url, nclasses)
-    if decode and media[0] in IMAGE_EXTENSIONS:
+    if decode and media and media[0] in IMAGE_EXTENSIONS:
         from wdstool.format.decode import decode_rgb
 
         try:
@@ -236,7 +250,8 @@ def verify_shard(
     """Check one shard; raise ShardError at its first problem, except members unsafe to
     extract: those are returned (and passed to ``on_unsafe`` as they are found). Each sample's
     member set goes to ``member_sets``; its samples and bytes are added to ``totals``. A count
-    or size the index does not give (-1) is not checked. ``totals``: [samples, bytes, videos]."""
+    or size the index does not give (-1) is not checked. ``totals``: [samples, bytes, videos,
+    images of samples of several images]."""
     entry = manifest.shards[index]
     url = resolve_shard_url(base, entry.url)
     try:
@@ -250,7 +265,9 @@ def verify_shard(
         reader = _HashingReader(f, on_bytes)
         seen: set[str] = set()
         labelled: set[bool] = set()
-        n = videos = 0
+        n = videos = images = 0
+        facts = manifest.facts[index] if manifest.facts else None
+        sizes = facts.sample_sizes() if facts is not None else None
         unsafe: list[UnsafeMember] = []
 
         def check_member(m: TarMember) -> None:
@@ -273,6 +290,16 @@ def verify_shard(
             seen.add(sample.key)
             labelled.add(_check_sample(sample, url, len(manifest.classes), decode))
             videos += any(e in VIDEO_EXTENSIONS for e in sample.parts)
+            if sizes is not None and n >= len(sizes):
+                raise ShardError(f"{url}: more samples than the manifest's facts describe")
+            if is_interleaved(sample.parts) or sizes is not None:
+                images += check_interleaved(
+                    sample,
+                    url,
+                    decode,
+                    None if sizes is None else sizes[n],
+                    None if facts is None else facts.chars[n],
+                )
             if member_sets is not None:
                 member_sets.see(url, sample.key, sample.parts)
             if len(labelled) > 1:
@@ -291,6 +318,8 @@ def verify_shard(
         totals[0] += n
         totals[1] += reader.size
         totals[2] += videos
+        if len(totals) > 3:
+            totals[3] += images
     return unsafe
 
 
@@ -313,7 +342,7 @@ def verify_dataset(
     manifest, base = dataset_of(source, storage_options, count=False)
     unsafe: list[UnsafeMember] = []
     member_sets = MemberSets()
-    totals = [0, 0, 0]
+    totals = [0, 0, 0, 0]
     for i in range(len(manifest.shards)):
         unsafe += verify_shard(
             manifest,
@@ -332,6 +361,7 @@ def verify_dataset(
         "num_shards": len(manifest.shards),
         "num_samples": totals[0],
         "num_videos": totals[2],
+        "num_images": totals[3],
         "total_bytes": totals[1],
         "decoded": decode,
         "unsafe_members": [p.to_json() for p in unsafe],

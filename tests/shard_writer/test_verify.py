@@ -67,3 +67,33 @@ def test_malformed_manifest_is_one_line_error(packed: Path) -> None:
     (packed / "index.json").write_text("{not json")
     r = run_cli("inspect", str(packed), check=False)
     assert r.returncode != 0 and "index.json" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_inspect_and_verify_of_samples_of_several_images(tmp_path: Path, packed: Path) -> None:
+    from tests.support.interleaved import obelics_rows, write_rows
+
+    dest = tmp_path / "docs"
+    listing = write_rows(tmp_path / "docs.parquet", obelics_rows(tmp_path, 6))
+    pack(str(listing), str(dest), PackOptions(workers=1, max_count=4))
+    manifest = json.loads((dest / "index.json").read_text())
+    counts = [n for e in manifest["shardlist"] for n in e["interleaved"]["images"]]
+    info = inspect_dataset(str(dest))
+    assert info["interleaved"] == {
+        **manifest["interleaved"],
+        "images_per_sample": {
+            "min": min(counts),
+            "mean": round(sum(counts) / 6, 3),
+            "max": max(counts),
+        },
+    }
+    assert all("interleaved" not in s for s in info["shards"])  # the totals, not every sample
+    text = run_cli("inspect", str(dest)).stdout
+    images = manifest["interleaved"]["images"]
+    assert f"images    {images} in 6 samples of several images  (per sample: min 1," in text
+    assert f"text      {manifest['interleaved']['chars']} characters" in text
+    out = run_cli("verify", str(dest), "--decode", "-q").stdout
+    assert out.startswith(f"ok: 2 shards, 6 samples ({images} images), ")
+    assert out.rstrip().endswith("verified (images decoded)")
+    # a data set of single images says nothing of them
+    assert "interleaved" not in inspect_dataset(str(packed))
+    assert "images    " not in run_cli("inspect", str(packed)).stdout

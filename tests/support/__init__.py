@@ -7,7 +7,8 @@
 - ``torchrun``: torchrun jobs on 127.0.0.1 (``free_port``, ``torchrun_env``, ``train_ddp_cmd``,
   ``torchrun``);
 - shards and files: ``tar_reference`` (other tools' shards), ``unsafe_shards``, ``videos``,
-  ``jpegs``, ``dali_idx``, ``counting``, ``mutate``;
+  ``jpegs``, ``dali_idx``, ``counting``, ``mutate``; ``interleaved`` (listings of documents:
+  several images and texts a row);
 - servers on 127.0.0.1: ``webserver``, ``countproxy``, ``faultproxy``;
 - ``extras``: what the project's extras promise; ``mutation``: ``make mutants``.
 

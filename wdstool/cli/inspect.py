@@ -31,8 +31,9 @@ def inspect_cmd(
     source: str, nkeys: int, as_json: bool, storage_options: dict[str, Any] | None
 ) -> None:
     """Show the shards, samples, classes and sizes of a packed dataset, how many samples are
-    videos and their duration in all (as index.json records them), and its versions when
-    something was appended to it (pack/reshard --append).
+    videos and their duration in all (as index.json records them), for samples of several
+    images their images (in all, and per sample: min, mean, max) and characters of text, and
+    its versions when something was appended to it (pack/reshard --append).
 
     SOURCE is a folder or prefix holding index.json, or the manifest's own path/URL.
     """
@@ -52,6 +53,14 @@ def inspect_cmd(
         click.echo("videos    not counted (index.json records none; pack it to count them)")
     elif info["num_videos"]:
         click.echo(f"videos    {info['num_videos']}  ({info['video_seconds']:.1f} s in all)")
+    docs = info.get("interleaved")
+    if docs:
+        each = docs["images_per_sample"]
+        click.echo(
+            f"images    {docs['images']} in {docs['samples']} samples of several images  (per "
+            f"sample: min {each['min']}, mean {each['mean']:.2f}, max {each['max']})"
+        )
+        click.echo(f"text      {docs['chars']} characters")
     click.echo(f"bytes     {format_size(info['total_bytes'])}")
     click.echo(
         f"classes   {len(info['classes'])}: {', '.join(info['classes'][:10])}"
@@ -104,8 +113,10 @@ def verify_cmd(
 
     Checks sizes, sha256, tar structure, member layout (KEY.<image or video>, KEY.cls; a video
     member's bytes must be a video container) and sample counts; with --decode every image is
-    decoded and every video probed as pack does. Exits non-zero naming the first bad shard
-    (and sample).
+    decoded and every video probed as pack does. A sample of several images (KEY.0.jpg,
+    KEY.1.png, ...) must match its KEY.json's "texts" and "images" lists (no member missing,
+    none extra) and the manifest's image counts, sizes and text lengths; with --decode every
+    image of it is decoded. Exits non-zero naming the first bad shard (and sample).
 
     Members unsafe to extract with tar -x (absolute or '..' names, symlinks, hard links,
     devices, FIFOs, non-UTF-8 names) are all listed, one line each, then fail the run unless
@@ -154,9 +165,11 @@ def verify_cmd(
     else:
         unsafe = len(report["unsafe_members"])
         videos = report["num_videos"]
+        images = report["num_images"]
         click.echo(
             f"ok: {report['num_shards']} shards, {report['num_samples']} samples"
             + (f" ({videos} videos)" if videos else "")
+            + (f" ({images} images)" if images else "")
             + f", {format_size(report['total_bytes'])} verified"
             + (
                 (" (images decoded, videos probed)" if videos else " (images decoded)")

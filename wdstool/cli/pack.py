@@ -56,6 +56,15 @@ OPTIONS = "shard_writer:PackOptions"  # the defaults of every option that has a 
 )
 @library_option(
     OPTIONS,
+    "--images-column",
+    metavar="NAME",
+    help="JSON Lines or parquet listing of samples of several images: the list column naming "
+    "each row's images (KEY.0.jpg, KEY.1.png, ...), beside a 'texts' list (OBELICS) or a "
+    "caption/text column with <image> markers (LLaVA) [default: images, when the listing has "
+    "no path column].",
+)
+@library_option(
+    OPTIONS,
     "--image-column",
     metavar="NAME",
     help="Parquet SRC with the images in a column (Hub style): the column holding them, as "
@@ -94,6 +103,11 @@ def pack_cmd(src: str, dest: str, storage_options: dict[str, Any] | None, **para
     locally, uploaded whole, checked (size and ETag), and index.json is uploaded last. SRC may
     be one too (a tree is listed once, recursively; images are read with ranged GETs).
 
+    A JSON Lines or parquet listing whose rows each list several images (an 'images' list
+    column, see --images-column) packs one sample per row: KEY.0.jpg, KEY.1.png, ... and
+    KEY.json with "texts" and "images", two parallel lists (OBELICS style: a 'texts' list
+    column; LLaVA style: a caption or text column whose <image> markers place the images).
+
     A Hub-style parquet file (images as bytes in a column, see --image-column) is packed row
     group by row group: --shuffle then permutes the row groups and the rows within each.
 
@@ -109,7 +123,9 @@ def pack_cmd(src: str, dest: str, storage_options: dict[str, Any] | None, **para
         "pack",
         lambda **report: pack(src, dest, options, storage_options=storage_options, **report),
     )
-    noun = "samples" if summary.extra.get("videos") else "images"
+    noun = (
+        "samples" if summary.extra.get("videos") or summary.extra.get("interleaved") else "images"
+    )
     print_summary(
         summary, as_json=params["as_json"], quiet=params["quiet"], verb="packed", noun=noun
     )

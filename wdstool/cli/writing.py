@@ -210,6 +210,12 @@ def print_summary(summary: Any, *, as_json: bool, quiet: bool, verb: str, noun: 
     videos = summary.extra.get("videos")
     if videos:
         click.echo(f"  videos: {videos['count']} ({videos['seconds']:.1f} s in all)")
+    docs = summary.extra.get("interleaved")
+    if docs:
+        click.echo(
+            f"  images: {docs['images']} in {docs['samples']} samples, "
+            f"{docs['chars']} characters of text"
+        )
     for what in ("renamed", "duplicates"):
         if summary.extra.get(what):
             click.echo(f"  {what}: {summary.extra[what]}")
