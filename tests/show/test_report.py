@@ -327,3 +327,38 @@ def test_text_no_encoder_takes_is_escaped_not_fatal(tmp_path: Path) -> None:
     assert "ok\\ud800" in page  # written escaped
     assert (tmp_path / "r" / "charts" / "classes.svg").is_file()
     assert Image.open(tmp_path / "p.png").width > 0
+
+
+def test_samples_of_several_images_show_their_images_beside_their_text(tmp_path: Path) -> None:
+    from shard_writer.pack import PackOptions, pack
+    from tests.support.interleaved import obelics_rows, write_rows
+
+    rows = obelics_rows(tmp_path, 5)
+    dest = tmp_path / "docs"
+    pack(str(write_rows(tmp_path / "docs.jsonl", rows)), str(dest), PackOptions(workers=1))
+    out, png = tmp_path / "report", tmp_path / "sheet.png"
+    got = build_report(
+        str(dest),
+        ShowConfig(samples=10, epochs=1, eval_transform=None, image_size=32),
+        out_dir=str(out),
+        png=str(png),
+    )
+    assert got["every_sample"] and len(got["samples"]) == 5
+    page = (out / "index.html").read_text(encoding="utf-8")
+    for s in got["samples"]:
+        row = rows[int(s["key"].split("_", 1)[0])]
+        paths = [p for p in row["images"] if p is not None]
+        facts = s["interleaved"]
+        assert s["problems"] == [] and facts["images"] == len(paths)
+        assert facts["sizes"] == [list(Image.open(tmp_path / p).size) for p in paths]
+        marks = iter(f"[image {n}]" for n in range(len(paths)))
+        text = "".join(t if t is not None else next(marks) for t in row["texts"])
+        assert facts["text"] == text and s["fields"]["text"] == text
+        assert s["image"]["width"] == facts["sizes"][0][0]  # the first image in the statistics
+        with Image.open(out / "thumbs" / f"{s['n']:04d}.jpg") as strip:  # side by side
+            widths, heights = zip(*facts["sizes"], strict=True)  # small: not scaled
+            assert strip.size == (sum(widths) + 4 * (len(paths) - 1), max(heights))
+        assert f"{len(paths)} images (" in page
+    assert "[image 0]" in page and not (out / "views").exists()
+    with Image.open(png) as sheet:
+        assert sheet.size[0] > 0

@@ -87,7 +87,11 @@ def _tile(s, files: dict[str, bytes]) -> dict[str, Any]:
         "nopic": s.problem or "",
         "label_text": label_text(meta, none="no label"),
         "fields": list(meta.fields),
-        "image_text": image_text(f.image) if video is None else video_text(video),
+        "image_text": s.doc.line()
+        if s.doc is not None
+        else image_text(f.image)
+        if video is None
+        else video_text(video),
         "shard": f"{shard_name(s.picked.url)} @ {f.offset:,} · {'+'.join(f.exts)}",
         "problems": [*meta.problems, *([s.problem] if s.problem else [])],
     }

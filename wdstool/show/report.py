@@ -3,7 +3,8 @@ folder (contact sheet, what the model sees, statistics), a contact-sheet PNG, th
 
 A sample with a video member is pictured by a strip of its frames (:mod:`wdstool.show.strip`,
 its middle frame on the contact-sheet PNG) and links to the video itself where a browser plays
-it; what the model sees is shown for image samples only."""
+it; a sample of several images by a strip of its images, its text beside them
+(:mod:`wdstool.show.documents`); what the model sees is shown for samples of one image only."""
 
 from __future__ import annotations
 
@@ -18,13 +19,16 @@ import numpy as np
 from wdstool import __version__
 from wdstool.base.errors import ConfigError, DestinationError, SampleError
 from wdstool.format.images import kind
+from wdstool.format.interleaved import is_interleaved
 from wdstool.format.tar_safety import printable_name
 from wdstool.format.video import video_kind
 from wdstool.show.charts import all_charts
+from wdstool.show.documents import DocFacts, doc_facts
 from wdstool.show.draw import draw
 from wdstool.show.facts import (
     Meta,
     VideoFacts,
+    as_text,
     image_ext,
     json_safe,
     label_text,
@@ -51,7 +55,7 @@ VIDEO_COPY_MAX = 16 << 20  # ... when no larger (a larger one: its strip links t
 class Shown:
     """A shown sample: where it is, what it carries, and its thumbnail (None: undecodable): a
     video's is a strip of ``frames`` frames, and ``video`` its facts (its header's where the
-    shard had none)."""
+    shard had none); a sample of several images: a strip of them, ``doc`` its facts."""
 
     n: int
     picked: Picked
@@ -60,6 +64,7 @@ class Shown:
     problem: str | None  # why there is no thumbnail
     video: VideoFacts | None = None
     frames: int = 1
+    doc: DocFacts | None = None
 
     @property
     def key(self) -> str:
@@ -126,7 +131,7 @@ def build_report(
     stats = statistics(ds, drawn.facts)
     views = None
     # what the image loader can decode
-    pictured = [s for s in shown if s.thumb is not None and s.video is None]
+    pictured = [s for s in shown if s.thumb is not None and s.video is None and s.doc is None]
     # torch and the decoders load only for pictures, once the data set is found: a wrong
     # SOURCE fails at once, and --json alone reads headers without them
     if columns and pictured:
@@ -144,12 +149,17 @@ def build_report(
     if png is not None:
         from wdstool.show.sheet import contact_sheet, save_png
 
-        tiles = [(s.poster, [s.key, label_text(s.meta)]) for s in shown]
+        tiles = [(s.poster, [s.key, label_text(s.meta) or _text(s)]) for s in shown]
         save_png(
             contact_sheet(tiles, f"{ds.source}: {len(shown)} samples, seed {config.seed}"), png
         )
     steps(1)
     return _summary(ds, config, drawn, shown, stats, views, counter, out_dir, png)
+
+
+def _text(s: Shown) -> str:
+    """A sample of several images' text (for a contact-sheet tile), else ""."""
+    return s.doc.text if s.doc is not None else ""
 
 
 def _ext(s: Shown) -> str:
@@ -162,6 +172,11 @@ def _show(
     n: int, p: Picked, config: ShowConfig, classes: tuple[str, ...], pictures: bool, steps
 ) -> Shown:
     meta = read_meta(p.parts, config.label_spec, config.field_specs, classes)
+    if is_interleaved(p.parts):
+        shown = _show_doc(n, p, meta, pictures)
+        if pictures:
+            steps(1)
+        return shown
     if p.facts.video is not None:
         shown = _show_video(n, p, meta, pictures)
         if pictures:
@@ -183,6 +198,28 @@ def _show(
     if pictures:
         steps(1)
     return Shown(n=n, picked=p, meta=meta, thumb=thumb, problem=problem)
+
+
+def _show_doc(n: int, p: Picked, meta: Meta, pictures: bool) -> Shown:
+    """A sample of several images: its text first among its fields, a strip of its images
+    when ``pictures``; an image that does not decode is its tile's problem."""
+    doc = doc_facts(p.parts)
+    problems = (*meta.problems, *([doc.problem] if doc.problem else []))
+    meta = dataclasses.replace(
+        meta,
+        fields=(("text", as_text(doc.text)), *meta.fields),
+        values={"text": doc.text, **meta.values},
+        problems=problems,
+    )
+    thumb, problem = None, None
+    if pictures:
+        from wdstool.show.documents import doc_strip
+
+        try:
+            thumb = doc_strip(p.parts, where=f"{p.url}: sample {printable_name(p.facts.key)!r}")
+        except SampleError as exc:
+            problem = exc.message
+    return Shown(n=n, picked=p, meta=meta, thumb=thumb, problem=problem, doc=doc)
 
 
 def _show_video(n: int, p: Picked, meta: Meta, pictures: bool) -> Shown:
@@ -212,6 +249,8 @@ def _write_folder(out_dir, ds, config, drawn, shown, pictured, stats, views: Vie
         if s.thumb is None:
             continue
         files[f"thumbs/{s.n:04d}.jpg"] = encode_jpeg(s.thumb)
+        if s.doc is not None:  # the strip is the picture
+            continue
         if s.video is not None:
             data = s.picked.parts[s.video.ext]
             container = video_kind(data)
@@ -266,6 +305,7 @@ def _summary(ds, config, drawn, shown, stats, views, counter, out_dir, png) -> d
                 "fields": json_safe(s.meta.values),
                 "image": None if s.picked.facts.image is None else vars_of(s.picked.facts.image),
                 "video": None if s.video is None else s.video.to_json(),
+                **({} if s.doc is None else {"interleaved": s.doc.to_json()}),
                 "problems": [*s.meta.problems, *([s.problem] if s.problem else [])],
             }
             for s in shown

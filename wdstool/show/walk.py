@@ -17,10 +17,12 @@ to the next sample wastes the half image read backwards (1.85x). A header walk r
 headers, the first bytes of each image and the small members (label, caption), and skips
 image data unread; the run of headers between two images is read in one range.
 
-A video member is read like an image (whole in a shown sample, its first bytes in a walk);
-its facts come from the sample's ``KEY.json`` (``pack`` probed the video and wrote them under
-``"video"``), read only for a sample that has a video: ``pack`` writes it after the video, so
-it comes with the header reads after the video's data, and a walk skips no more than before.
+Numbered images (``KEY.0.jpg``, ``KEY.1.png``, ...: several in a sample) are read as an image
+is, a shown sample's ``.json`` (its texts) as a video sample's. A video member is read like an
+image (whole in a shown sample, its first bytes in a walk); its facts come from the sample's
+``KEY.json`` (``pack`` probed the video and wrote them under ``"video"``), read only for a
+sample that has a video: ``pack`` writes it after the video, so it comes with the header
+reads after the video's data, and a walk skips no more than before.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from wdstool.base.errors import ShardError
 from wdstool.format.fields import LabelSpec
 from wdstool.format.images import IMAGE_EXTENSIONS
+from wdstool.format.interleaved import image_members, member_index
 from wdstool.format.tar_read import (
     BLOCK,
     MemberInfo,
@@ -59,7 +62,18 @@ HEADS = (1024, 8192, 65536)
 CHAIN_MAX = 1 << 22  # how far back a member's first header is looked for
 EXTENSION = (b"x", b"g", b"L", b"K")  # pax and GNU long-name headers: in front of a member
 EXTENSION_MAX = 1 << 20  # the tar reader refuses longer extension headers
-MEDIA = IMAGE_EXTENSIONS | VIDEO_EXTENSIONS  # read lazily: whole when shown, a head in a walk
+
+
+class _Media(frozenset):
+    """Image and video extensions, and the numbered images of a sample of several images."""
+
+    def __contains__(self, ext: object) -> bool:
+        return super().__contains__(ext) or (isinstance(ext, str) and member_index(ext) is not None)
+
+
+MEDIA = _Media(
+    IMAGE_EXTENSIONS | VIDEO_EXTENSIONS
+)  # read lazily: whole when shown, a head in a walk
 VIDEO_HEAD = 64  # first bytes of a video read while walking: enough to name its container
 META_MAX = 1 << 16  # a video sample's .json read for its facts up to this size
 
@@ -332,9 +346,14 @@ class ShardWalker:
         sample = next(it, None)
         if sample is None:
             return None
-        img = image_ext(sample.parts)
+        numbered = image_members(sample.parts)
+        img = image_ext(sample.parts) or (numbered[0] if numbered else None)
         vid = video_ext(sample.parts)
         meta = self.metas.pop(sample.key, None)
+        if numbered and self.full and "json" not in sample.parts:  # its texts, to show
+            got = self._meta(sample, meta)
+            if got is not None:
+                sample.parts["json"] = got
         label, _problem = read_label(self.wanted.label, sample.parts)
         facts = Facts(
             shard=self.shard,
