@@ -1,0 +1,159 @@
+"""What a packed plan is made of (:mod:`loaders.plan.packed` makes it): a :class:`PackSpec`
+(how batches are packed), and a rank's :class:`PackedRankPlan`: its workers, each a run of
+windows (:class:`PackedWindow`) of batches, then padding batches.
+
+A batch is ``rows`` rows; a row is a tuple of entries (sample id, token offset, token count),
+at most ``capacity`` tokens in all; ``()`` is an empty row: no tokens, all of it padding, to be
+masked. A padding batch (:func:`empty_batch`) is ``rows`` empty rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from loaders.plan.packing import Fit, Overflow
+from loaders.plan.spec import as_enum, k_of
+from wdstool.base.errors import ConfigError
+
+Entry = tuple[int, int, int]  # (sample id, token offset, token count)
+Row = tuple[Entry, ...]  # () is an empty row
+Batch = tuple[Row, ...]  # ``rows`` rows
+
+
+def empty_batch(rows: int) -> Batch:
+    """A padding batch: ``rows`` empty rows (every token masked)."""
+    return ((),) * rows
+
+
+def _count(name: str, value: object, *, none: bool = False) -> None:
+    if none and value is None:
+        return
+    if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"{name} must be an int >= 1{' or None' if none else ''}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class PackSpec:
+    """How batches are packed: ``rows`` sequences of at most ``capacity`` tokens a batch,
+    packed ``window`` samples at a time by ``method`` with at most ``open_sequences`` open (the
+    packing function's window; None: no bound); a sample over ``capacity`` is truncated, split
+    or dropped by ``overflow``."""
+
+    capacity: int
+    rows: int
+    window: int = 1024
+    method: Fit | str = Fit.BEST
+    open_sequences: int | None = 64
+    overflow: Overflow | str = Overflow.TRUNCATE
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "method", as_enum(Fit, "method", self.method))
+        object.__setattr__(self, "overflow", as_enum(Overflow, "overflow", self.overflow))
+        for name in ("capacity", "rows", "window"):
+            _count(name, getattr(self, name))
+        _count("open_sequences", self.open_sequences, none=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackedWindow:
+    """Window ``index`` of a rank's share: positions [start, start + len(ids)) of it, its
+    samples in read order (the worker reads them in this order, once, then fills the batches),
+    its batches; ``dropped``: its samples left out (overflow="drop"), ``truncated`` and
+    ``split``: how many of its samples were cut. In a resumed epoch's later segment a sample
+    may be what an earlier one left of it: its entries then start at a later token offset."""
+
+    index: int
+    start: int
+    ids: tuple[int, ...]
+    batches: tuple[Batch, ...]
+    dropped: tuple[int, ...] = ()
+    truncated: int = 0
+    split: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackedWorker:
+    """A worker's windows (window g of the rank goes to worker g % k), then ``padding`` padding
+    batches; ``skip``: batches it delivered before a same-topology resume."""
+
+    worker: int
+    rows: int
+    windows: tuple[PackedWindow, ...]
+    padding: int = 0
+    skip: int = 0
+
+    @property
+    def real_batches(self) -> int:
+        return sum(len(w.batches) for w in self.windows)
+
+    @property
+    def num_batches(self) -> int:
+        return self.real_batches + self.padding
+
+    def batches(self) -> list[Batch]:
+        """All its batches in its order, padding included (those it skips too)."""
+        out = [b for w in self.windows for b in w.batches]
+        return out + [empty_batch(self.rows)] * self.padding
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackedRankPlan:
+    epoch: int
+    rank: int
+    world_size: int
+    num_workers: int
+    rows: int
+    capacity: int
+    num_batches: int
+    workers: tuple[PackedWorker, ...]
+    resume_at: int = 0  # batches of this plan already delivered (same-topology resume)
+    generation: int = 0  # the segment of the epoch this plan runs (0: a fresh epoch)
+
+    @property
+    def remaining_batches(self) -> int:
+        return self.num_batches - self.resume_at
+
+    def batch_order(self) -> list[tuple[int, int]]:
+        """(worker, batch index) of all the plan's batches as torch's DataLoader delivers them
+        from the start: round robin over the workers from 0, skipping exhausted ones."""
+        counts = [w.num_batches for w in self.workers]
+        return [
+            (w, b)
+            for b in range(max(counts, default=0))
+            for w in range(len(counts))
+            if b < counts[w]
+        ]
+
+    def delivered(self, batches: int) -> list[int]:
+        """Batches each worker had delivered once the rank delivered ``batches`` from the start."""
+        counts = [0] * len(self.workers)
+        for w, _ in self.batch_order()[:batches]:
+            counts[w] += 1
+        return counts
+
+    @property
+    def rotation(self) -> int:
+        """DataLoader worker i serves plan worker (i + rotation) % k: torch's round robin always
+        starts at worker 0, while a resumed epoch continues at the worker the uninterrupted run
+        would have served next (workers hold unequal batch counts, so not resume_at % k)."""
+        if not 0 < self.resume_at < self.num_batches:
+            return 0
+        return self.batch_order()[self.resume_at][0]
+
+    def loader_order(self) -> list[tuple[int, int]]:
+        """(plan worker, batch index) in the order a DataLoader delivers the remaining batches:
+        round robin over its workers from DataLoader worker 0 (plan worker ``rotation``),
+        skipping exhausted ones (== batch_order() after resume_at)."""
+        k = k_of(self.num_workers)
+        queues = [list(range(wp.skip, wp.num_batches)) for wp in self.workers]
+        order: list[tuple[int, int]] = []
+        active = [(i + self.rotation) % k for i in range(k)]
+        while active:
+            for w in list(active):
+                if queues[w]:
+                    order.append((w, queues[w].pop(0)))
+                if not queues[w]:
+                    active.remove(w)
+        return order

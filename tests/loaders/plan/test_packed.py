@@ -1,0 +1,284 @@
+"""The exact plan of packed batches (``loaders.plan.packed``), without I/O: samples are global
+ids, a batch is its rows of (id, token offset, token count) entries; what a rank delivers is its
+workers' batches in the plan's DataLoader order."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loaders.plan import EpochSpec, MixSource, Mixture, Segment, Topology
+from loaders.plan.packed import (
+    PackedRankPlan,
+    PackSpec,
+    empty_batch,
+    plan_packed,
+    plan_packed_resumed,
+)
+from loaders.plan.packing import pack_sequences
+from wdstool.base.errors import ConfigError
+
+
+@st.composite
+def setups(draw):
+    """Shard sizes, every sample's length (some over L), the epoch and the packing."""
+    sizes = draw(st.lists(st.integers(0, 25), min_size=1, max_size=5).filter(lambda s: sum(s)))
+    capacity = draw(st.integers(2, 12))
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    n = sum(sizes)
+    over = rng.random(n) < draw(st.sampled_from([0.0, 0.1, 0.4]))
+    lengths = np.where(
+        over, rng.integers(capacity + 1, 3 * capacity + 1, n), rng.integers(1, capacity + 1, n)
+    ).astype(draw(st.sampled_from([np.int32, np.int64])))
+    spec = EpochSpec(
+        seed=draw(st.integers(0, 3)), epoch=draw(st.integers(0, 2)), shuffle=draw(st.booleans())
+    )
+    pack = PackSpec(
+        capacity=capacity,
+        rows=draw(st.integers(1, 4)),
+        window=draw(st.integers(1, 12)),
+        method=draw(st.sampled_from(["best_fit", "first_fit"])),
+        open_sequences=draw(st.sampled_from([None, 1, 2, 4])),
+        overflow=draw(st.sampled_from(["truncate", "split", "drop"])),
+    )
+    return sizes, lengths, spec, pack
+
+
+topologies = st.tuples(st.integers(1, 4), st.integers(0, 3), st.integers(1, 4))  # W, workers, rows
+
+
+def _plans(setup, world_size: int, workers: int) -> list[PackedRankPlan]:
+    sizes, lengths, spec, pack = setup
+    return [
+        plan_packed(sizes, lengths, spec, pack, Topology(r, world_size, workers))
+        for r in range(world_size)
+    ]
+
+
+def _delivered(plan: PackedRankPlan) -> list:
+    """The batches the rank delivers, in the loader's order (after what it skips)."""
+    per_worker = [w.batches() for w in plan.workers]
+    return [per_worker[w][b] for w, b in plan.loader_order()]
+
+
+def _in_order(plan: PackedRankPlan, batches: int) -> list:
+    """The first ``batches`` batches of the plan, in its order from the start."""
+    per_worker = [w.batches() for w in plan.workers]
+    return [per_worker[w][b] for w, b in plan.batch_order()[:batches]]
+
+
+def _check_batches(plan: PackedRankPlan, batches) -> None:
+    for batch in batches:
+        assert len(batch) == plan.rows
+        for row in batch:
+            assert sum(t for _, _, t in row) <= plan.capacity
+            assert all(t >= 1 for _, _, t in row)
+
+
+def _check_cover(entries, lengths: np.ndarray, pack: PackSpec) -> None:
+    """Every sample's tokens exactly once: all of them (pieces together under "split"), its
+    first ``capacity`` under "truncate", none of an over-long one under "drop"."""
+    got = defaultdict(list)
+    for i, off, tok in entries:
+        got[i].append((off, tok))
+    for i, n in enumerate(lengths.tolist()):
+        want = n if n <= pack.capacity or pack.overflow == "split" else pack.capacity
+        if n > pack.capacity and pack.overflow == "drop":
+            want = 0
+        spans = sorted(got.pop(i, []))
+        pos = 0
+        for off, tok in spans:
+            assert off == pos, f"sample {i}: tokens from {off}, expected {pos}"
+            pos += tok
+        assert pos == want, f"sample {i}: {pos} tokens delivered, expected {want}"
+    assert not got
+
+
+def _over(lengths: np.ndarray, pack: PackSpec) -> Counter:
+    """The samples "drop" leaves out, once each."""
+    if pack.overflow != "drop":
+        return Counter()
+    return Counter(np.flatnonzero(lengths > pack.capacity).tolist())
+
+
+@settings(max_examples=60, deadline=None)
+@given(setup=setups(), world_size=st.integers(1, 4), k1=st.integers(0, 3), k2=st.integers(0, 3))
+def test_fresh_epoch_every_token_once_equal_steps_any_workers(setup, world_size, k1, k2) -> None:
+    sizes, lengths, spec, pack = setup
+    plans = _plans(setup, world_size, k1)
+    assert len({p.num_batches for p in plans}) == 1  # equal steps on every rank
+    entries, dropped, shares = [], Counter(), []
+    for plan in plans:
+        order = plan.loader_order()
+        assert order == plan.batch_order()
+        assert sorted(order) == [(w.worker, b) for w in plan.workers for b in range(w.num_batches)]
+        assert len(order) == plan.num_batches
+        got = _delivered(plan)
+        _check_batches(plan, got)
+        entries += [e for batch in got for row in batch for e in row]
+        windows = sorted((win for w in plan.workers for win in w.windows), key=lambda w: w.index)
+        assert [win.index for win in windows] == list(range(len(windows)))
+        for g, win in enumerate(windows):
+            assert plan.workers[g % max(1, k1)].windows.count(win) == 1  # window g: worker g % k
+            assert len(win.ids) == pack.window or g == len(windows) - 1
+            assert all(len(win.batches[j][-1]) for j in range(len(win.batches) - 1))
+            dropped.update(win.dropped)
+        shares.append([i for win in windows for i in win.ids])
+        real = sum(w.real_batches for w in plan.workers)
+        pads = [b for b in got if b == empty_batch(plan.rows)]
+        assert len(pads) >= plan.num_batches - real  # padding batches: all-empty rows
+    _check_cover(entries, lengths, pack)
+    assert dropped == _over(lengths, pack)
+    # contiguous near-equal shares of the epoch's order, every sample once
+    assert sorted(i for s in shares for i in s) == list(range(sum(sizes)))
+    assert max(map(len, shares)) - min(map(len, shares)) <= 1
+    if not spec.shuffle:
+        assert [i for s in shares for i in s] == list(range(sum(sizes)))
+    # another worker count: the same windows and batches, only their order over workers differs
+    for plan, other in zip(plans, _plans(setup, world_size, k2), strict=True):
+        assert other.num_batches == plan.num_batches
+        assert Counter(_delivered(other)) == Counter(_delivered(plan))
+    assert _plans(setup, world_size, k1) == plans  # deterministic
+
+
+@settings(max_examples=40, deadline=None)
+@given(setup=setups(), world_size=st.integers(1, 4), k=st.integers(0, 3))
+def test_no_shuffle_packs_each_window_in_read_order(setup, world_size, k) -> None:
+    sizes, lengths, spec, pack = setup
+    spec = EpochSpec(seed=spec.seed, epoch=spec.epoch, shuffle=False)
+    for plan in _plans((sizes, lengths, spec, pack), world_size, k):
+        for w in plan.workers:
+            for win in w.windows:
+                assert list(win.ids) == sorted(win.ids)
+                p = pack_sequences(
+                    lengths[list(win.ids)],
+                    pack.capacity,
+                    method=pack.method,
+                    window=pack.open_sequences,
+                    overflow=pack.overflow,
+                )
+                rows = [
+                    tuple((win.ids[i], off, tok) for i, off, tok in seq) for seq in p.sequences()
+                ]
+                assert [r for b in win.batches for r in b if r] == rows
+
+
+@settings(max_examples=30, deadline=None)
+@given(setup=setups(), topo=topologies, at=st.lists(st.floats(0, 1), max_size=3))
+def test_same_topology_resume_gives_the_uninterrupted_rest(setup, topo, at) -> None:
+    sizes, lengths, spec, pack = setup
+    world_size, workers, rows = topo
+    pack = PackSpec(**{**pack.__dict__, "rows": rows})
+    for rank in range(world_size):
+        t_rank = Topology(rank, world_size, workers)
+        full = plan_packed(sizes, lengths, spec, pack, t_rank)
+        whole = _delivered(full)
+        for t in range(full.num_batches + 1):  # the loader's order from every point
+            skips = full.delivered(t)
+            skipped = tuple(replace(w, skip=s) for w, s in zip(full.workers, skips, strict=True))
+            at_t = replace(full, workers=skipped, resume_at=t)
+            assert at_t.loader_order() == full.batch_order()[t:]
+        for t in sorted({0, full.num_batches, *(round(f * full.num_batches) for f in at)}):
+            seg = Segment(world_size, workers, rows, t)
+            resumed = plan_packed_resumed(sizes, lengths, spec, pack, [seg], t_rank)
+            assert resumed.resume_at == t and resumed.remaining_batches == len(whole) - t
+            assert resumed.loader_order() == full.batch_order()[t:]
+            assert _delivered(resumed) == whole[t:]
+
+
+def _shape(seg: Segment) -> tuple[int, int, int]:
+    return seg.world_size, seg.num_workers, seg.batch_size
+
+
+def _started_dropped(plan: PackedRankPlan, batches: int) -> Counter:
+    """The dropped samples of the windows a batch of which was delivered (the documented rule:
+    a window counts as started once its worker delivered a batch at or after its first)."""
+    out: Counter = Counter()
+    for w, done in zip(plan.workers, plan.delivered(batches), strict=True):
+        first = 0
+        for win in w.windows:
+            if done > first:
+                out.update(win.dropped)
+            first += len(win.batches)
+    return out
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    setup=setups(),
+    segments=st.lists(st.tuples(topologies, st.floats(0, 1)), min_size=1, max_size=2),
+    final=topologies,
+    again=st.booleans(),
+)
+def test_elastic_resume_delivers_every_remaining_token_once(setup, segments, final, again) -> None:
+    """One or two segments, each delivering some batches, then the rest on another topology
+    (or, ``again``, on the last one's: a continuation): every token of the epoch once."""
+    sizes, lengths, spec, pack = setup
+    history: list[Segment] = []
+    entries, started = [], []  # started: each segment's dropped samples it counted
+    for (world_size, workers, rows), frac in segments:
+        if history and (world_size, workers, rows) == _shape(history[-1]):
+            return  # the state merges a same-topology continuation into its segment
+        seg_pack = PackSpec(**{**pack.__dict__, "rows": rows})
+        plans = [
+            plan_packed_resumed(
+                sizes, lengths, spec, seg_pack, history, Topology(r, world_size, workers)
+            )
+            for r in range(world_size)
+        ]
+        assert len({p.num_batches for p in plans}) == 1
+        assert {p.generation for p in plans} == {len(history)}
+        t = round(frac * plans[0].num_batches)
+        started.append(Counter())
+        for plan in plans:
+            got = _in_order(plan, t)
+            _check_batches(plan, got)
+            entries += [e for batch in got for row in batch for e in row]
+            started[-1] += _started_dropped(plan, t)
+        history.append(Segment(world_size, workers, rows, t))
+    world_size, workers, rows = _shape(history[-1]) if again else final
+    final_pack = PackSpec(**{**pack.__dict__, "rows": rows})
+    plans = [
+        plan_packed_resumed(
+            sizes, lengths, spec, final_pack, history, Topology(r, world_size, workers)
+        )
+        for r in range(world_size)
+    ]
+    assert len({p.num_batches for p in plans}) == 1  # equal steps
+    same = (world_size, workers, rows) == _shape(history[-1])
+    generation = len(history) - 1 if same else len(history)
+    assert {p.generation for p in plans} == {generation}
+    dropped = sum(started[:generation], Counter())  # a continuation counts its segment's all
+    for plan in plans:
+        got = _delivered(plan)
+        _check_batches(plan, got)
+        entries += [e for batch in got for row in batch for e in row]
+        dropped += Counter(i for w in plan.workers for win in w.windows for i in win.dropped)
+    _check_cover(entries, lengths, pack)
+    assert dropped == _over(lengths, pack)
+
+
+def test_bad_inputs_are_one_line_config_errors() -> None:
+    spec, topo = EpochSpec(), Topology()
+    pack = PackSpec(capacity=8, rows=2)
+    lengths = np.array([3, 9, 2, 5])
+    with pytest.raises(ConfigError, match="mixtures"):
+        plan_packed(Mixture((MixSource((2, 2)), MixSource((3,)))), lengths, spec, pack, topo)
+    with pytest.raises(ConfigError, match="one integer token count per sample"):
+        plan_packed([2, 3], lengths, spec, pack, topo)
+    with pytest.raises(ConfigError, match=r"lengths\[2\]=0"):
+        plan_packed([4], np.array([3, 9, 0, 5]), spec, pack, topo)
+    with pytest.raises(ConfigError, match="rows"):
+        PackSpec(capacity=8, rows=0)
+    with pytest.raises(ConfigError, match="overflow"):
+        PackSpec(capacity=8, rows=2, overflow="wrap")
+    full = plan_packed([4], lengths, spec, pack, topo)
+    with pytest.raises(ConfigError, match="batches were delivered"):
+        plan_packed_resumed(
+            [4], lengths, spec, pack, [Segment(1, 0, 2, full.num_batches + 1)], topo
+        )
