@@ -5,7 +5,7 @@
 
 from loaders.clips import Clips
 from loaders.device import DeviceDecoder
-from loaders.interleaved import Interleaved, NativeResolution
+from loaders.interleaved import Interleaved, NativeResolution, Packing
 from loaders.kinds.interleaved import split_images
 from loaders.loader import StreamingLoader
 from loaders.make import make_loader
@@ -22,6 +22,7 @@ __all__ = [
     "DeviceDecoder",
     "Interleaved",
     "NativeResolution",
+    "Packing",
     "Pad",
     "RetryPolicy",
     "Source",

@@ -220,6 +220,13 @@ class ShardStreamDataset(IterableDataset):
             self._pools[worker] = BufferPool(self._shared_pool, worker * POOL_SLOTS, POOL_SLOTS)
         return self._pools[worker]
 
+    def planned_samples(self) -> int:
+        """Samples this rank's plan of the current epoch holds (a packed plan: its entries)."""
+        plan = self.plan()
+        if self._packs:
+            return sum(len(r) for w in plan.workers for b in w.batches() for r in b)  # type: ignore[attr-defined]
+        return plan.num_samples
+
     def resumed(self, epoch: int | None = None) -> Resume | None:
         """The resume state if ``epoch`` (default: the current one) is the interrupted one."""
         epoch = self.epoch if epoch is None else epoch

@@ -314,7 +314,7 @@ class StreamingLoader(Watching):
         if limit is None:
             return None
         if isinstance(limit, float):  # a share: at least one sample unless it is 0
-            share = math.floor(limit * self.dataset.plan().num_samples)
+            share = math.floor(limit * self.dataset.planned_samples())
             return max(share, 1) if limit > 0 else 0
         return limit
 

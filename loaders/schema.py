@@ -46,6 +46,12 @@ RESERVED = frozenset(
         "image_owner",
         "image_spans",
         "segments",
+        "position_ids",
+        "loss_mask",
+        "cu_seqlens",
+        "max_seqlen",
+        "sample_row",
+        "image_row",
     }
 )
 

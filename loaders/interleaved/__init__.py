@@ -6,6 +6,6 @@ text are found among its members (``members``), and the native-resolution rule
 
 from loaders.interleaved.members import Segment, sample_segments
 from loaders.interleaved.native import NativeResolution
-from loaders.interleaved.spec import Interleaved
+from loaders.interleaved.spec import Interleaved, Packing
 
-__all__ = ["Interleaved", "NativeResolution", "Segment", "sample_segments"]
+__all__ = ["Interleaved", "NativeResolution", "Packing", "Segment", "sample_segments"]

@@ -21,6 +21,34 @@ from wdstool.base.errors import ConfigError
 
 
 @dataclass(frozen=True, kw_only=True)
+class Packing:
+    """Samples packed into sequences of at most ``length`` tokens, ``batch_size`` sequences a
+    batch (docs/design/packing.md): best-fit (``method``) over ``window`` consecutive samples of the
+    rank's share, at most ``open_sequences`` open at once; a sample longer than ``length`` is
+    truncated (its first ``length`` tokens; images whose placeholders it cuts are dropped) or
+    dropped (``overflow``), and counted."""
+
+    length: int
+    window: int = 1024
+    open_sequences: int | None = 64
+    method: str = "best_fit"
+    overflow: str = "truncate"
+
+    def __post_init__(self) -> None:
+        for name in ("length", "window"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"Packing: {name} must be an int >= 1, got {v!r}")
+        if self.method not in ("best_fit", "first_fit"):
+            raise ConfigError(f"Packing: method is 'best_fit' or 'first_fit', got {self.method!r}")
+        if self.overflow not in ("truncate", "drop"):
+            raise ConfigError(
+                f"Packing: overflow is 'truncate' or 'drop', got {self.overflow!r} (splitting a "
+                "sample over sequences is not offered by the loader yet)"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
 class Interleaved:
     """Samples of several images and text (see the module's docstring). ``max_images``: the
     images kept per sample (its first ones, the rest and their places in ``segments`` dropped
@@ -30,6 +58,7 @@ class Interleaved:
     max_images: int | None = None
     tokenizer: TextTokenizer | None = None
     image_tokens: Callable[[int, int], int] | None = None  # picklable: run in the workers
+    packing: Packing | None = None
 
     def __post_init__(self) -> None:
         if self.tokenizer is not None:
@@ -42,6 +71,13 @@ class Interleaved:
                     "Interleaved: the tokenizer needs image_token= (e.g. '<image>'), the "
                     "placeholder of each image in a sample's ids"
                 )
+        if self.packing is not None:
+            if not isinstance(self.packing, Packing):
+                raise ConfigError(
+                    f"Interleaved: packing={self.packing!r}: give a loaders.Packing(length=...)"
+                )
+            if self.tokenizer is None:
+                raise ConfigError("Interleaved: packing needs tokenizer= (lengths are in tokens)")
         if self.image_tokens is not None and not callable(self.image_tokens):
             raise ConfigError("Interleaved: image_tokens must be a function (height, width) -> int")
         if self.native is not None and not isinstance(self.native, NativeResolution):
@@ -81,4 +117,4 @@ class Interleaved:
         return f"interleaved samples: {how}{most}{tok}"
 
 
-__all__ = ["Interleaved"]
+__all__ = ["Interleaved", "Packing"]

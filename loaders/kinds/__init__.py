@@ -1,6 +1,7 @@
 """The kinds of output a loader makes, one module each behind :class:`OutputKind`
 (``loaders.kinds.base``): ``image`` (``pixel_values``), ``views`` (multi-crop), ``clip``
-(video clips), ``interleaved`` (several images and text a sample), ``encoded`` (bytes +
+(video clips), ``interleaved`` (several images and text a sample), ``packed`` (interleaved samples packed to
+a token budget), ``encoded`` (bytes +
 geometry for a device decoder).
 
 Adding a kind: one module, one line in :data:`KINDS`, its tests. A kind with settings of its
@@ -20,10 +21,18 @@ from loaders.kinds.clip import ClipKind
 from loaders.kinds.encoded import EncodedKind
 from loaders.kinds.image import ImageKind
 from loaders.kinds.interleaved import InterleavedKind
+from loaders.kinds.packed import PackedKind
 from loaders.kinds.views import ViewsKind
 from wdstool.base.errors import ConfigError
 
-KINDS: tuple[type[OutputKind], ...] = (EncodedKind, ClipKind, InterleavedKind, ViewsKind, ImageKind)
+KINDS: tuple[type[OutputKind], ...] = (
+    EncodedKind,
+    ClipKind,
+    PackedKind,
+    InterleavedKind,
+    ViewsKind,
+    ImageKind,
+)
 
 
 def kind_for(config: LoaderConfig) -> type[OutputKind]:

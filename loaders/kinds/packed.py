@@ -1,0 +1,240 @@
+"""Interleaved samples packed to a token budget (``Interleaved(packing=Packing(length=L))``):
+each batch is ``batch_size`` sequences of at most L tokens, planned exactly before the epoch
+(``loaders.plan.packed``, from every sample's length: ``loaders.interleaved.lengths``), so the
+sequences are the same for any number of workers, every rank takes the same number of steps,
+and a resume, on the same or another topology, continues exactly (docs/design/packing.md).
+
+A batch: ``input_ids`` [B,L] (the tokenizer's pad id after the last sample of a row),
+``position_ids`` [B,L] (restarting at 0 at each sample), ``loss_mask`` [B,L] (True on the text
+tokens of samples: False on padding and image placeholders), ``cu_seqlens`` int32 (the
+boundaries of every sample, and of each row's padding, over the flattened [B*L] tokens: what
+variable-length attention takes) and ``max_seqlen``, ``keys`` and ``sample_row`` (each packed
+sample and its row), and the images as the interleaved kind gives them, with ``image_row``
+(the row) and ``image_spans`` (the placeholder run's start in its row, and its length).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from loaders.config import LoaderConfig
+from loaders.delivery import BatchMeta, Slot
+from loaders.interleaved import Interleaved
+from loaders.interleaved.lengths import sample_lengths
+from loaders.kinds.base import NextSample
+from loaders.kinds.interleaved import InterleavedKind
+from loaders.plan import Slice
+from loaders.pool import new_tensor
+from loaders.read import Located, ReadRun
+from loaders.recipe import Seeder
+from wdstool.base import counters
+from wdstool.base.errors import ConfigError
+
+
+class PackedKind(InterleavedKind):
+    name = "packed"
+    pixel_key = "images"
+    keys = (
+        "input_ids",
+        "position_ids",
+        "loss_mask",
+        "cu_seqlens",
+        "max_seqlen",
+        "sample_row",
+        "images",
+        "image_sizes",
+        "image_row",
+        "image_spans",
+    )
+    adds_fields = False
+    plans_itself = True
+
+    def __init__(self, config: LoaderConfig, recipes: tuple[Any, ...]) -> None:
+        super().__init__(config, recipes)
+        self.layouts: Iterator[Any] = iter(())
+
+    @staticmethod
+    def applies(config: LoaderConfig) -> bool:
+        return isinstance(config.sample, Interleaved) and config.sample.packing is not None
+
+    @classmethod
+    def settle(cls, sources: Sequence[Any], config: LoaderConfig) -> tuple[list[Any], LoaderConfig]:
+        """One source (a mixture is not packed yet), its numbered images read, and every
+        sample's length in tokens computed (or found kept on this host)."""
+        if len(sources) != 1:
+            raise ConfigError(
+                "Interleaved(packing=...) reads one source; mixtures are not packed yet"
+            )
+        if sources[0].schema.fields or sources[0].schema.fields_fn is not None:
+            raise ConfigError(
+                "Interleaved(packing=...): a packed batch carries no fields yet (fields=, "
+                "fields_fn=); the sample's text is in input_ids"
+            )
+        if config.repeats != 1 or config.epoch_size is not None:
+            raise ConfigError(
+                "Interleaved(packing=...): repeats and epoch_size are not offered yet"
+            )
+        spec: Interleaved = config.sample
+        size = None if spec.native is not None else config.recipes.at(0)[0].size
+        src = replace(sources[0], schema=replace(sources[0].schema, numbered=True))
+        skip = config.batch.on_error.value == "skip"
+        lengths = sample_lengths(src.reader(), spec, size, skip_bad=skip)
+        return [replace(src, lengths=lengths)], config
+
+    @classmethod
+    def slot_bytes(cls, config: LoaderConfig) -> int:
+        return InterleavedKind.slot_bytes(config)
+
+    # --- the plan ------------------------------------------------------------------------
+    @classmethod
+    def epoch_plan(cls, dataset: Any, spec: Any, resume: Any) -> Any:
+        """This rank's packed plan of the epoch of ``spec`` (the rest of it after ``resume``)."""
+        from loaders.plan.packed import PackSpec, plan_packed, plan_packed_resumed
+
+        p = dataset.config.sample.packing
+        pack = PackSpec(
+            capacity=p.length,
+            rows=spec.batch_size,
+            window=p.window,
+            method=p.method,
+            open_sequences=p.open_sequences,
+            overflow=p.overflow,
+        )
+        src = dataset.sources[0]
+        if resume is None:
+            return plan_packed(src.index.sizes, src.lengths, spec, pack, dataset.topology)
+        return plan_packed_resumed(
+            src.index.sizes, src.lengths, spec, pack, resume.history, dataset.topology
+        )
+
+    @classmethod
+    def worker_samples(
+        cls, wplan: Any, sizes: Sequence[int], read_run: ReadRun
+    ) -> tuple[Iterator[Located], list[int], list[Any]]:
+        """A plan worker's samples in the order its remaining batches hold them, the number of
+        entries of each of those batches, and the batches' rows. Each window's samples are read
+        once, in the rank's order (a contiguous run of its share), and held until its batches
+        are made."""
+        offsets = np.concatenate([[0], np.cumsum(np.asarray(sizes, dtype=np.int64))])
+        owner = [g for g, w in enumerate(wplan.windows) for _b in w.batches]  # batch -> window
+        batches = wplan.batches()[wplan.skip :]
+        owner = owner[wplan.skip :] + [-1] * (len(batches) - len(owner[wplan.skip :]))
+        counts = [sum(len(row) for row in b) for b in batches]
+
+        def stream() -> Iterator[Located]:
+            held: dict[int, Located] = {}
+            reading = -1
+            for batch, g in zip(batches, owner, strict=True):
+                if g != reading and g >= 0 and any(batch):  # the window's samples, read once
+                    held = _read_window(wplan.windows[g].ids, offsets, read_run)
+                    reading = g
+                for row in batch:
+                    for sid, _offset, _tokens in row:
+                        yield held[sid]
+
+        return stream(), counts, batches
+
+    # --- in the worker ---------------------------------------------------------------------
+    def decode(
+        self, loc: Located, rng: random.Random, seeder: Seeder, where: str
+    ) -> tuple[Any, dict[str, Any] | None]:
+        (images, spans), fields = super().decode(loc, rng, seeder, where)
+        assert fields is not None
+        return (images, spans, fields["input_ids"]), None
+
+    def fill(self, next_sample: NextSample, n: int, out: Slot, meta: BatchMeta) -> dict[str, Any]:
+        rows = next(self.layouts)
+        spec: Interleaved = self.spec
+        L, B = spec.packing.length, len(rows)  # type: ignore[union-attr]
+        tok = spec.tokenizer
+        assert tok is not None
+        ids = torch.full((B, L), int(spec.pad_id), dtype=torch.int64)
+        pos = torch.zeros((B, L), dtype=torch.int64)
+        loss = torch.zeros((B, L), dtype=torch.bool)
+        cu, longest = [0], 0
+        sample_row: list[int] = []
+        images: list[torch.Tensor] = []
+        image_row: list[int] = []
+        image_spans: list[tuple[int, int]] = []
+        i = 0
+        for r, row in enumerate(rows):
+            at = 0
+            for entry in row:
+                got = next_sample()
+                kept, spans, sample_ids = got.payload
+                take = min(int(entry[2]), len(sample_ids), L - at)
+                ids[r, at : at + take] = sample_ids[:take]
+                pos[r, at : at + take] = torch.arange(take)
+                loss[r, at : at + take] = sample_ids[:take] != tok.image_token_id
+                for img, (start, length) in zip(kept, spans, strict=True):
+                    if start + length <= take:  # a run the truncation cut is dropped whole
+                        images.append(img)
+                        image_row.append(r)
+                        image_spans.append((at + start, length))
+                    else:
+                        counters.count("images_dropped", 1)
+                sample_row.append(r)
+                meta.add(i, got)
+                i += 1
+                at += take
+                cu.append(cu[-1] + take)
+                longest = max(longest, take)
+            if at < L:  # the row's padding: a segment of its own
+                cu.append(cu[-1] + L - at)
+                longest = max(longest, L - at)
+        flat = self._flat(images, out)
+        return {
+            "input_ids": ids,
+            "position_ids": pos,
+            "loss_mask": loss,
+            "cu_seqlens": torch.tensor(cu, dtype=torch.int32),
+            "max_seqlen": longest,
+            "sample_row": torch.tensor(sample_row, dtype=torch.int64),
+            "images": flat,
+            "image_sizes": torch.tensor(
+                [list(im.shape[1:]) for im in images], dtype=torch.int64
+            ).reshape(len(images), 2),
+            "image_row": torch.tensor(image_row, dtype=torch.int64),
+            "image_spans": torch.tensor(image_spans, dtype=torch.int64).reshape(len(images), 2),
+        }
+
+    def _flat(self, images: list[torch.Tensor], out: Slot) -> Any:
+        total = sum(im.numel() for im in images)
+        try:
+            flat = out.tensor((total,), (1,), torch.uint8)
+        except ValueError:  # more than the slot holds: a buffer of its own
+            flat = new_tensor((total,), (1,), torch.uint8, out.shared)
+        at = 0
+        for im in images:
+            flat[at : at + im.numel()].view(im.shape).copy_(im)
+            at += im.numel()
+        return out.send(flat)
+
+
+def _read_window(ids: np.ndarray, offsets: np.ndarray, read_run: ReadRun) -> dict[int, Located]:
+    """The samples of one window (global ids, in read order), by id."""
+    ids = np.asarray(ids, dtype=np.int64)
+    if not len(ids):
+        return {}
+    shards = np.searchsorted(offsets, ids, side="right") - 1
+    slices: list[Slice] = []
+    for sid, shard in zip(ids.tolist(), shards.tolist(), strict=True):
+        index = sid - int(offsets[shard])
+        last = slices[-1] if slices else None
+        if last is not None and last.shard == shard and last.stop == index:
+            slices[-1] = Slice(shard, last.start, index + 1)
+        else:
+            slices.append(Slice(shard, index, index + 1))
+    got = list(read_run(slices))
+    if len(got) != len(ids):
+        raise ConfigError(f"internal error: read {len(got)} samples of a window of {len(ids)}")
+    return dict(zip(ids.tolist(), got, strict=True))
+
+
+__all__ = ["PackedKind"]
