@@ -140,23 +140,29 @@ class InterleavedKind(OutputKind):
                 spans.extend(placeholders)
             meta.add(i, got)
         sizes = torch.tensor([list(im.shape[1:]) for im in images], dtype=torch.int64)
-        total = sum(im.numel() for im in images)
-        try:
-            flat = out.tensor((total,), (1,), torch.uint8)
-        except ValueError:  # more than the slot holds: a buffer of its own
-            flat = new_tensor((total,), (1,), torch.uint8, out.shared)
-        at = 0
-        for im in images:
-            flat[at : at + im.numel()].view(im.shape).copy_(im)
-            at += im.numel()
         batch = {
-            "images": out.send(flat),
+            "images": flat_images(images, out),
             "image_sizes": sizes.reshape(len(images), 2),
             "image_owner": torch.tensor(owners, dtype=torch.int64),
         }
         if self.spec.tokenizer is not None:
             batch["image_spans"] = torch.tensor(spans, dtype=torch.int64).reshape(len(images), 2)
         return batch
+
+
+def flat_images(images: list[torch.Tensor], out: Slot) -> Any:
+    """``images`` one after another in one flat uint8 buffer (carved out of the batch's slot
+    where it fits, else a buffer of its own), as it crosses to the loader."""
+    total = sum(im.numel() for im in images)
+    try:
+        flat = out.tensor((total,), (1,), torch.uint8)
+    except ValueError:  # more than the slot holds
+        flat = new_tensor((total,), (1,), torch.uint8, out.shared)
+    at = 0
+    for im in images:
+        flat[at : at + im.numel()].view(im.shape).copy_(im)
+        at += im.numel()
+    return out.send(flat)
 
 
 def split_images(batch: dict[str, Any]) -> list[torch.Tensor]:

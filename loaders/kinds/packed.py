@@ -28,9 +28,8 @@ from loaders.delivery import BatchMeta, Slot
 from loaders.interleaved import Interleaved
 from loaders.interleaved.lengths import sample_lengths
 from loaders.kinds.base import NextSample
-from loaders.kinds.interleaved import InterleavedKind
+from loaders.kinds.interleaved import InterleavedKind, flat_images
 from loaders.plan import Slice
-from loaders.pool import new_tensor
 from loaders.read import Located, ReadRun
 from loaders.recipe import Seeder
 from wdstool.base import counters
@@ -188,7 +187,7 @@ class PackedKind(InterleavedKind):
             if at < L:  # the row's padding: a segment of its own
                 cu.append(cu[-1] + L - at)
                 longest = max(longest, L - at)
-        flat = self._flat(images, out)
+        flat = flat_images(images, out)
         return {
             "input_ids": ids,
             "position_ids": pos,
@@ -203,18 +202,6 @@ class PackedKind(InterleavedKind):
             "image_row": torch.tensor(image_row, dtype=torch.int64),
             "image_spans": torch.tensor(image_spans, dtype=torch.int64).reshape(len(images), 2),
         }
-
-    def _flat(self, images: list[torch.Tensor], out: Slot) -> Any:
-        total = sum(im.numel() for im in images)
-        try:
-            flat = out.tensor((total,), (1,), torch.uint8)
-        except ValueError:  # more than the slot holds: a buffer of its own
-            flat = new_tensor((total,), (1,), torch.uint8, out.shared)
-        at = 0
-        for im in images:
-            flat[at : at + im.numel()].view(im.shape).copy_(im)
-            at += im.numel()
-        return out.send(flat)
 
 
 def _read_window(ids: np.ndarray, offsets: np.ndarray, read_run: ReadRun) -> dict[int, Located]:

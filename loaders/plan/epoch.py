@@ -80,19 +80,8 @@ class RankPlan:
         """(plan worker, batch index) in the order a DataLoader delivers the remaining batches:
         round robin over its workers from 0, skipping exhausted ones (== batch_order() after
         resume_at)."""
-        k = k_of(self.num_workers)
-        queues = [
-            list(range(wp.first_batch(self.batch_size), wp.num_batches)) for wp in self.workers
-        ]
-        order: list[tuple[int, int]] = []
-        active = [(i + self.rotation) % k for i in range(k)]
-        while active:
-            for w in list(active):
-                if queues[w]:
-                    order.append((w, queues[w].pop(0)))
-                if not queues[w]:
-                    active.remove(w)
-        return order
+        queues = [range(wp.first_batch(self.batch_size), wp.num_batches) for wp in self.workers]
+        return round_robin(queues, self.rotation, k_of(self.num_workers))
 
     def batch_order(self) -> list[tuple[int, int]]:
         """(worker, batch index in that worker) in the order torch's DataLoader delivers them:
@@ -104,6 +93,22 @@ class RankPlan:
                 if b < w.num_batches:
                     order.append((w.worker, b))
         return order
+
+
+def round_robin(queues: Sequence[range], start: int, k: int) -> list[tuple[int, int]]:
+    """(worker, batch) as torch's DataLoader takes the workers' remaining batches (``queues``):
+    round robin over its ``k`` workers, DataLoader worker i serving plan worker
+    (i + ``start``) % k, skipping exhausted ones."""
+    pending = [list(q) for q in queues]
+    order: list[tuple[int, int]] = []
+    active = [(i + start) % k for i in range(k)]
+    while active:
+        for w in list(active):
+            if pending[w]:
+                order.append((w, pending[w].pop(0)))
+            if not pending[w]:
+                active.remove(w)
+    return order
 
 
 def samples_per_rank(total_samples: int, *, world_size: int, uneven: Uneven | str = "pad") -> int:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from loaders.plan.epoch import round_robin
 from loaders.plan.packing import Fit, Overflow
 from loaders.plan.spec import as_enum, k_of
 from wdstool.base.errors import ConfigError
@@ -146,14 +147,5 @@ class PackedRankPlan:
         """(plan worker, batch index) in the order a DataLoader delivers the remaining batches:
         round robin over its workers from DataLoader worker 0 (plan worker ``rotation``),
         skipping exhausted ones (== batch_order() after resume_at)."""
-        k = k_of(self.num_workers)
-        queues = [list(range(wp.skip, wp.num_batches)) for wp in self.workers]
-        order: list[tuple[int, int]] = []
-        active = [(i + self.rotation) % k for i in range(k)]
-        while active:
-            for w in list(active):
-                if queues[w]:
-                    order.append((w, queues[w].pop(0)))
-                if not queues[w]:
-                    active.remove(w)
-        return order
+        queues = [range(wp.skip, wp.num_batches) for wp in self.workers]
+        return round_robin(queues, self.rotation, k_of(self.num_workers))
