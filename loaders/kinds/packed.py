@@ -80,6 +80,11 @@ class PackedKind(InterleavedKind):
                 "Interleaved(packing=...): repeats and epoch_size are not offered yet"
             )
         spec: Interleaved = config.sample
+        if spec.native is None and config.recipes.schedule is not None:
+            raise ConfigError(
+                "Interleaved(packing=...): a size schedule changes every image's tokens each "
+                "epoch; give one image_size, or native=NativeResolution(...)"
+            )
         size = None if spec.native is not None else config.recipes.at(0)[0].size
         src = replace(sources[0], schema=replace(sources[0].schema, numbered=True))
         skip = config.batch.on_error.value == "skip"

@@ -204,3 +204,24 @@ def test_elastic_resume_delivers_every_remaining_sample_once(data) -> None:  # t
         assert n == lens[-1]
     assert len(set(lens)) == 1  # equal steps on the new topology too
     assert before + after == Counter(f"doc{k:03d}" for k in range(SAMPLES))
+
+
+def test_settings_a_packed_loader_refuses(data) -> None:  # type: ignore[no-untyped-def]
+    from loaders import Source
+    from wdstool.base.errors import ConfigError
+
+    src, tok = data
+    kw: dict[str, Any] = dict(batch_size=2, label=None, num_workers=0)
+    with pytest.raises(ConfigError, match="mixtures are not packed yet"):
+        make_loader([Source(src), Source(src)], output=_spec(tok), **kw)
+    with pytest.raises(ConfigError, match="carries no fields"):
+        make_loader(src, output=_spec(tok), fields={"t": "json"}, **kw)
+    with pytest.raises(ConfigError, match="repeats and epoch_size"):
+        make_loader(src, output=_spec(tok), repeats=2, **kw)
+    with pytest.raises(ConfigError, match="size schedule"):
+        spec = Interleaved(tokenizer=tok, packing=Packing(length=L))
+        make_loader(src, output=spec, image_size={0: 32, 1: 48}, **kw)
+    with pytest.raises(ConfigError, match="overflow is 'truncate' or 'drop'"):
+        Packing(length=L, overflow="split")
+    with pytest.raises(ConfigError, match="packing needs tokenizer"):
+        Interleaved(packing=Packing(length=L))
