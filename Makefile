@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 DEMO_DIR ?= build/demo
 DEMO_IMAGES ?= 2000
 
-.PHONY: venv system demo test test-room docs lint format bench bench-fields bench-large bench-restart bench-video bench-peers bench-peers-recipe bench-reshard bench-packing faults mutants clean
+.PHONY: venv system demo test test-room docs lint format bench bench-fields bench-large bench-restart bench-video bench-peers bench-peers-recipe bench-reshard bench-packing bench-vlm faults mutants clean
 BENCH_DATA ?= bench/data
 BENCH_IMAGES ?= 10000
 BENCH_WORKERS ?= 1,2
@@ -217,6 +217,22 @@ bench-restart: $(STAMP)
 bench-packing: $(STAMP)
 	mkdir -p bench/results
 	$(PY) bench/packing_bench.py --out bench/results/packing.md
+
+# Packed vision-language loading (bench/vlm_packing_bench.py): wdstool's loader against
+# Megatron-Energon's TaskEncoder packing (run from .venv-peers, where bench/peers/requirements.txt
+# installs it) and HF datasets streaming + a packing collate, on the same shards of $(VLM_SAMPLES)
+# interleaved samples (generated once under $(VLM_DATA)), the same image rule, tokenizer and
+# best-fit packing; $(VLM_ROUNDS) rounds interleaved after a warm one. Minutes on 2 cores.
+VLM_DATA ?= $(BENCH_DATA)/vlm
+VLM_SAMPLES ?= 2000
+VLM_ROUNDS ?= 3
+VLM_WORKERS ?= 2
+VLM_FLAGS ?=
+bench-vlm: $(STAMP) $(PEERS_STAMP)
+	mkdir -p bench/results
+	$(PY) bench/vlm_packing_bench.py --data $(VLM_DATA) --samples $(VLM_SAMPLES) \
+		--rounds $(VLM_ROUNDS) --workers $(VLM_WORKERS) --energon-python $(PEERS_PY) $(VLM_FLAGS) \
+		--out bench/results/vlm-packing.md
 
 # the fault suite's long, randomized variant (each randomized case FAULT_RUNS times its
 # `make test` count); prints the table and writes build/faults.md
