@@ -5,12 +5,13 @@ the loader's workers and arrive as a batch tensor beside the pixels.
 
 The data may be any WebDataset shards with ``KEY.jpg`` + ``KEY.txt`` (img2dataset's layout, a
 ``wdstool pack`` of a listing with a caption column, ...), with or without an index.json.
-``Tokenize`` here is a stand-in (words hashed to ids), so the example runs without a tokenizer
-file. With your model's Hugging Face tokenizer, built once per worker:
-``tok = loaders.TextTokenizer("tokenizer.json", max_length=77)``, then
-``fields_fn=tok.fields("caption", to="caption_ids")``,
-``pad_fields={"caption_ids": tok.pad_id}`` and ``nn.EmbeddingBag(tok.vocab_size, ...)``
-(docs/guides/vision-language.md).
+With ``--tokenizer tokenizer.json`` (your model's Hugging Face tokenizer, a file or a saved
+folder) the captions are tokenized by it, built once per worker:
+``tok = loaders.TextTokenizer(path, max_length=77)``,
+``fields_fn=tok.fields("caption", to="caption_ids")`` and
+``pad_fields={"caption_ids": tok.pad_id}`` (docs/guides/vision-language.md). Without it,
+``Tokenize`` is a stand-in (words hashed to ids, 32 a caption), so the example runs without a
+tokenizer file.
 """
 
 from __future__ import annotations
@@ -26,12 +27,12 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from loaders import make_loader, normalize
+from loaders import TextTokenizer, make_loader, normalize
 from loaders.bench.tokenize import VOCAB, Tokenize
 
 
 class TinyCLIP(nn.Module):
-    def __init__(self, dim: int = 64) -> None:
+    def __init__(self, vocab_size: int, pad_id: int, dim: int = 64) -> None:
         super().__init__()
         self.image = nn.Sequential(
             nn.Conv2d(3, 16, 3, stride=2, padding=1),
@@ -42,7 +43,7 @@ class TinyCLIP(nn.Module):
             nn.Flatten(),
             nn.Linear(32, dim),
         )
-        self.text = nn.EmbeddingBag(VOCAB, dim, mode="mean", padding_idx=0)
+        self.text = nn.EmbeddingBag(vocab_size, dim, mode="mean", padding_idx=pad_id)
         self.logit_scale = nn.Parameter(torch.tensor(2.0))
 
     def forward(self, pixels: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -61,6 +62,7 @@ def main() -> None:
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--workers", type=int, default=None)
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    p.add_argument("--tokenizer", default=None, help="tokenizer.json or a saved folder")
     p.add_argument("--out", type=Path, default=None, help="per-rank JSON report (tests)")
     args = p.parse_args()
 
@@ -68,17 +70,25 @@ def main() -> None:
     dist.init_process_group("nccl" if cuda else "gloo")
     rank = dist.get_rank()
     device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if cuda else "cpu")
+    if args.tokenizer is not None:  # the real tokenizer: ids padded to the batch's longest
+        tok = TextTokenizer(args.tokenizer, max_length=77)
+        tokenize = tok.fields("caption", to="caption_ids")  # -> batch["caption_ids"]
+        pad_fields = {"caption_ids": tok.pad_id}
+        vocab, pad_id = tok.vocab_size, tok.pad_id
+    else:  # the stand-in: -> batch["caption_ids"], int64 [B, 32], 0 where no word
+        tokenize, pad_fields, vocab, pad_id = Tokenize("caption", length=32), None, VOCAB, 0
     loader = make_loader(
         args.data,
         args.batch_size,
         label=None,  # captions are the supervision
         fields={"caption": "txt"},
-        fields_fn=Tokenize("caption", length=32),  # -> batch["caption_ids"], int64 [B, 32]
+        fields_fn=tokenize,
+        pad_fields=pad_fields,
         image_size=args.image_size,
         num_workers=args.workers,
         drop_last=True,  # a contrastive batch of one sample has no negatives
     )
-    model = DDP(TinyCLIP().to(device))
+    model = DDP(TinyCLIP(vocab, pad_id).to(device))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     report = {"len": len(loader), "epochs": []}
     for epoch in range(args.epochs):

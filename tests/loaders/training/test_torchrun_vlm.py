@@ -1,0 +1,136 @@
+"""The vision-language examples as a user runs them, under real torchrun on the CPU (gloo) with a
+real BPE tokenizer: examples/vlm_packed_train.py on shards that ``wdstool pack`` wrote from a
+JSON Lines listing (every sample once per epoch over the ranks, equal steps, a resume on
+another number of ranks covering the epoch exactly once), and examples/clip_train.py with
+``--tokenizer``."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import subprocess
+import tarfile
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, jpeg_bytes, run_cli
+from tests.loaders.conftest import shard_keys
+from tests.support.interleaved import obelics_rows, write_rows
+from tests.support.tokenizers_local import save_json
+from tests.support.torchrun import torchrun_env, train_ddp_cmd
+
+pytestmark = pytest.mark.slow
+DOCS = 40  # 1 to 3 images each: about 3 packed batches of 2 rows of 128 tokens per rank
+
+
+@pytest.fixture(scope="module")
+def vl(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[str]]:
+    """(shards, tokenizer.json, every key): OBELICS-style documents packed by the CLI."""
+    root = tmp_path_factory.mktemp("vl")
+    listing = write_rows(root / "docs.jsonl", obelics_rows(root, DOCS))
+    run_cli("pack", str(listing), str(root / "shards"), "--max-count", "8", "-q")
+    keys = [k for shard in shard_keys(root / "shards") for k in shard]
+    assert len(keys) == DOCS
+    return root / "shards", save_json(root / "tokenizer.json"), keys
+
+
+def _run(nproc: int, script: str, *args: str) -> str:
+    cmd = train_ddp_cmd(nproc, *args, script=script)
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=240, cwd=REPO, env=torchrun_env()
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def _packed(nproc: int, vl: tuple[Path, Path, list[str]], tmp: Path, *args: str) -> str:
+    shards, tokenizer, _ = vl
+    return _run(
+        nproc,
+        "vlm_packed_train.py",
+        *("--shards", str(shards), "--tokenizer", str(tokenizer), "--length", "128"),
+        *("--batch-size", "2", "--workers", "1", "--cache-dir", str(tmp / "cache")),
+        *args,
+    )
+
+
+def _steps(log: Path, ranks: int) -> list[list[dict]]:
+    """Each rank's logged steps (epoch, step, keys, loss)."""
+    return [
+        [json.loads(line) for line in (log / f"rank{r}.jsonl").read_text().splitlines()]
+        for r in range(ranks)
+    ]
+
+
+def _keys(logs: list[list[dict]], epoch: int) -> Counter[str]:
+    return Counter(k for rank in logs for s in rank if s["epoch"] == epoch for k in s["keys"])
+
+
+def test_packed_vlm_job_on_two_ranks(vl, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Two epochs on 2 ranks: the same number of steps on both, every sample once per epoch
+    over the ranks, in another order the second epoch, and a finite loss."""
+    out = _packed(2, vl, tmp_path, "--epochs", "2", "--keys-out", str(tmp_path / "keys"))
+    logs = _steps(tmp_path / "keys", 2)
+    for epoch in range(2):
+        steps = [sum(1 for s in rank if s["epoch"] == epoch) for rank in logs]
+        assert steps[0] == steps[1] >= 2, steps
+        assert _keys(logs, epoch) == Counter(vl[2])  # each key exactly once
+        assert f"epoch {epoch}: {steps[0]} steps a rank" in out
+        assert f" tokens, {DOCS} samples, mean loss " in out
+    assert all(math.isfinite(s["loss"]) for rank in logs for s in rank)
+    orders = [[k for s in logs[0] if s["epoch"] == e for k in s["keys"]] for e in range(2)]
+    assert orders[0] != orders[1]
+
+
+def test_packed_vlm_job_stopped_then_resumed_on_two_ranks(vl, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """1 rank stops after its checkpoint at step 2; the job resumed on 2 ranks delivers the
+    rest of that epoch (every sample not yet seen, once, equal steps on both ranks), then a
+    whole epoch."""
+    ckpt = ["--checkpoint", str(tmp_path / "ckpt"), "--save-every", "2"]
+    _packed(1, vl, tmp_path, *ckpt, "--max-steps", "2", "--keys-out", str(tmp_path / "a"))
+    out = _packed(
+        2, vl, tmp_path, *ckpt, "--resume", "--epochs", "2", "--keys-out", str(tmp_path / "b")
+    )
+    assert "resumed at step 2 of a 1-rank run" in out
+    (before,) = _steps(tmp_path / "a", 1)
+    after = _steps(tmp_path / "b", 2)
+    assert [s["step"] for s in before] == [1, 2] and {s["epoch"] for s in before} == {0}
+    rest = [sum(1 for s in rank if s["epoch"] == 0) for rank in after]
+    assert rest[0] == rest[1] >= 1, rest  # equal steps on the new topology
+    assert _keys([before], 0) + _keys(after, 0) == Counter(vl[2])
+    assert _keys(after, 1) == Counter(vl[2])
+    assert all(math.isfinite(s["loss"]) for rank in [before, *after] for s in rank)
+
+
+def test_clip_job_with_a_real_tokenizer_on_two_ranks(vl, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """examples/clip_train.py --tokenizer: every caption is the tokenizer's ids, padded with its
+    pad id to the batch's longest; both ranks take the same steps of distinct samples."""
+    from loaders import TextTokenizer
+
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    captions = {}
+    for s in range(3):
+        with tarfile.open(shards / f"part-{s:05d}.tar", "w") as tar:
+            for i in range(6 * s, 6 * s + 6):
+                key, captions[f"{i:06d}"] = f"{i:06d}", f"a photo of {i} cats on a wooden table"
+                for ext, data in (("jpg", jpeg_bytes(i)), ("txt", captions[key].encode())):
+                    info = tarfile.TarInfo(f"{key}.{ext}")
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+    out = tmp_path / "report"
+    args = ["--data", str(shards), "--device", "cpu", "--epochs", "1", "--batch-size", "4"]
+    args += ["--image-size", "32", "--workers", "1", "--tokenizer", str(vl[1]), "--out", str(out)]
+    assert "mean loss" in _run(2, "clip_train.py", *args)
+    tok = TextTokenizer(str(vl[1]), max_length=77)
+    reports = [json.loads((out / f"rank{r}.json").read_text())["epochs"][0] for r in range(2)]
+    assert reports[0]["steps"] == reports[1]["steps"] == 2  # 9 samples a rank, full batches of 4
+    keys = [k for r in reports for k in r["keys"]]
+    assert len(set(keys)) == len(keys) == 16 and set(keys) <= set(captions)
+    for r in reports:
+        for key, ids in zip(r["keys"], r["ids"], strict=True):
+            want = tok.encode(captions[key])
+            assert ids[: len(want)] == want and set(ids[len(want) :]) <= {tok.pad_id}
