@@ -15,6 +15,7 @@ sample and its row), and the images as the interleaved kind gives them, with ``i
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
@@ -34,6 +35,8 @@ from loaders.read import Located, ReadRun
 from loaders.recipe import Seeder
 from wdstool.base import counters
 from wdstool.base.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 
 class PackedKind(InterleavedKind):
@@ -89,6 +92,17 @@ class PackedKind(InterleavedKind):
         src = replace(sources[0], schema=replace(sources[0].schema, numbered=True))
         skip = config.batch.on_error.value == "skip"
         lengths = sample_lengths(src.reader(), spec, size, skip_bad=skip)
+        p = spec.packing
+        assert p is not None
+        long = int((lengths > p.length).sum())
+        if long:
+            what = (
+                "truncated to their first" if p.overflow == "truncate" else "dropped: longer than"
+            )
+            log.warning(
+                "packing: %d of %d samples (%.1f%%) will be %s %d tokens (overflow=%r)",
+                long, len(lengths), 100 * long / len(lengths), what, p.length, p.overflow,
+            )  # fmt: skip
         return [replace(src, lengths=lengths)], config
 
     @classmethod

@@ -225,3 +225,19 @@ def test_settings_a_packed_loader_refuses(data) -> None:  # type: ignore[no-unty
         Packing(length=L, overflow="split")
     with pytest.raises(ConfigError, match="packing needs tokenizer"):
         Interleaved(packing=Packing(length=L))
+
+
+def test_samples_longer_than_l_are_counted_and_cut(data, caplog) -> None:  # type: ignore[no-untyped-def]
+    src, tok = data
+    spec = Interleaved(
+        native=NativeResolution(min_pixels=28 * 28, max_pixels=56 * 56),
+        tokenizer=tok,
+        packing=Packing(length=24, window=8),
+    )
+    with caplog.at_level("WARNING", logger="loaders.kinds.packed"):
+        loader = make_loader(src, batch_size=2, output=spec, label=None, num_workers=0)
+    long = sum(1 for k in range(SAMPLES) if len(_expected(tok, k)) > 24)
+    assert long and f"packing: {long} of {SAMPLES} samples" in caplog.text
+    for batch in loader:
+        assert batch["input_ids"].shape == (2, 24)
+        assert len(batch["keys"]) == len(set(batch["keys"]))
