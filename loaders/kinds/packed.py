@@ -31,6 +31,7 @@ from loaders.interleaved.lengths import sample_lengths
 from loaders.kinds.base import NextSample
 from loaders.kinds.interleaved import InterleavedKind, flat_images
 from loaders.plan import Slice
+from loaders.plan.packed import PackSpec, plan_packed, plan_packed_resumed
 from loaders.read import Located, ReadRun
 from loaders.recipe import Seeder
 from wdstool.base import counters
@@ -41,7 +42,6 @@ log = logging.getLogger(__name__)
 
 class PackedKind(InterleavedKind):
     name = "packed"
-    pixel_key = "images"
     keys = (
         "input_ids",
         "position_ids",
@@ -105,16 +105,10 @@ class PackedKind(InterleavedKind):
             )  # fmt: skip
         return [replace(src, lengths=lengths)], config
 
-    @classmethod
-    def slot_bytes(cls, config: LoaderConfig) -> int:
-        return InterleavedKind.slot_bytes(config)
-
     # --- the plan ------------------------------------------------------------------------
     @classmethod
     def epoch_plan(cls, dataset: Any, spec: Any, resume: Any) -> Any:
         """This rank's packed plan of the epoch of ``spec`` (the rest of it after ``resume``)."""
-        from loaders.plan.packed import PackSpec, plan_packed, plan_packed_resumed
-
         p = dataset.config.sample.packing
         pack = PackSpec(
             capacity=p.length,
