@@ -78,7 +78,13 @@ class NativeResolution:
         return h, w
 
     def __call__(self, data: bytes, where: str = "") -> torch.Tensor:
-        """One image's bytes -> uint8 [3,h,w] at :meth:`size`."""
+        """One image's bytes -> uint8 [3,h,w] at :meth:`size` (contiguous)."""
+        return self.strided(data, where).contiguous()
+
+    def strided(self, data: bytes, where: str = "") -> torch.Tensor:
+        """As calling it, but the [3,h,w] tensor keeps the layout the decoder or the resize
+        gave it (height-width-channel in memory, most often): the loader copies it once, into
+        the batch's flat buffer, where a contiguous copy first would be a second pass."""
         from torchvision.transforms.v2 import InterpolationMode
         from torchvision.transforms.v2.functional import resize
 
@@ -92,13 +98,12 @@ class NativeResolution:
         if img is None:
             img = decode_hwc(data, max_pixels=MAX_PIXELS, where=where)
         if tuple(img.shape[-2:]) == (h, w):
-            return img.contiguous()
+            return img
         mode = (
             InterpolationMode.BICUBIC
             if self.interpolation == "bicubic"
             else InterpolationMode.BILINEAR
         )
-        return resize(img, [h, w], interpolation=mode, antialias=True).contiguous()
-
+        return resize(img, [h, w], interpolation=mode, antialias=True)
 
 __all__ = ["NativeResolution"]

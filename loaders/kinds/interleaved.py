@@ -119,7 +119,7 @@ class InterleavedKind(OutputKind):
     def _image(self, data: bytes, rng: random.Random, seeder: Seeder, where: str) -> torch.Tensor:
         native = self.spec.native
         if native is not None:
-            return native(data, where)
+            return native.strided(data, where)
         scaled = self.config.batch.scaled_decode
         img = self.recipes[0](data, rng, seeder, None, scaled=scaled, where=where)
         check_output(img, where, torch.uint8)
