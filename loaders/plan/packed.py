@@ -1,19 +1,26 @@
 """The exact plan of packed batches: one rank's batches of ``rows`` sequences of at most
-``capacity`` tokens, for a fresh or a resumed epoch of one source (docs/design/packing.md, "The
-exact planner", points 2-4). Pure: every sample's token count is known ahead (``lengths``,
-indexed by global sample id = earlier shards' sizes + index in its shard).
+``capacity`` tokens, for a fresh or a resumed epoch of one source or a weighted mixture
+(docs/design/packing.md, "The exact planner", points 2-5). Pure: every sample's token count is
+known ahead (``lengths``, indexed by global sample id = earlier sources' samples + earlier
+shards' sizes + index in its shard: the sources' lengths one after another).
 
+- **Units.** What is packed is a unit: one planned reading of a sample. A weighted source may be
+  read more than once an epoch (``Slice.rep``: each reading its own augmentation draw), so a
+  unit is (sample id, rep), numbered ``rep * samples + sample id`` (:func:`unit_id`; ``samples``:
+  the mixture's samples): a sample's first reading is its sample id, so one source read once is
+  planned in sample ids as before.
 - **Shares.** A rank's share is its items of the epoch (``EpochItems.rank_items`` under
-  uneven="mask", padding removed) as global ids, in read order: contiguous, near-equal (they
-  differ by at most one sample). ``spec.batch_size``, ``uneven``, ``drop_last`` and
-  ``shuffle_buffer`` do not apply: every sample is planned exactly once.
+  uneven="mask", padding removed, a mixture's interleave of its sources listed sample by
+  sample) as units, in read order: near-equal (they differ by at most one sample), each
+  source's units numbering the mixture plan's share of it. ``spec.batch_size``, ``uneven``,
+  ``drop_last`` and ``shuffle_buffer`` do not apply: every unit is planned exactly once.
 - **Windows.** The share is cut into windows of ``pack.window`` consecutive samples. A window is
   read in share order (:attr:`PackedWindow.ids`), put in an order seeded by (seed, epoch,
   generation, rank, window) when ``spec.shuffle`` (no worker in the seed), packed by
   :func:`pack_sequences`, and its sequences cut into batches of ``rows``, the last one filled
   with empty rows. Window g goes to worker g % k (k = max(1, num_workers)): the batches are the
   same for any number of workers; only their order differs.
-- **Rows.** A row is a tuple of entries (sample id, token offset, token count); ``()`` is an
+- **Rows.** A row is a tuple of entries (unit id, token offset, token count); ``()`` is an
   empty row: no tokens, all of it padding, masked. A padding batch is ``rows`` empty rows
   (the types: :mod:`loaders.plan.packed_batches`).
 - **Equal steps.** Every rank has ``num_batches`` = the most batches any rank's windows make
@@ -28,11 +35,13 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
-from loaders.plan.epoch import EpochItems, as_mixture
-from loaders.plan.items import Slice
+from loaders.plan.epoch import EpochItems, PlanData, as_mixture
+from loaders.plan.interleave import sources_in_order
+from loaders.plan.items import Item, Mix, Slice
 from loaders.plan.mixture import Mixture
 from loaders.plan.packed_batches import (
     Batch,
@@ -51,10 +60,23 @@ from loaders.plan.spec import EpochSpec, Topology, Uneven
 from wdstool.base.errors import ConfigError
 
 
+def unit_id(sample: Any, rep: Any, samples: int) -> Any:
+    """The unit of the ``rep``-th reading of sample ``sample`` this epoch (``samples``: the
+    mixture's samples, all sources)."""
+    return rep * samples + sample
+
+
+def unit_sample(unit: int, samples: int) -> tuple[int, int]:
+    """(sample id, rep) of a unit: :func:`unit_id` undone."""
+    rep, sample = divmod(unit, samples)
+    return sample, rep
+
+
 @dataclass(frozen=True, eq=False)
 class _Units:
-    """A stream to pack: unit i is tokens [offsets[i], offsets[i] + tokens[i]) of sample
-    ids[i] (a whole sample in a fresh epoch; what is left of one in a resumed one)."""
+    """A stream to pack: entry i is tokens [offsets[i], offsets[i] + tokens[i]) of unit ids[i]
+    (:func:`unit_id`: a whole sample's reading in a fresh epoch; what is left of one in a
+    resumed one). The unit id carries the sample's source and rep through every segment."""
 
     ids: np.ndarray
     offsets: np.ndarray
@@ -219,39 +241,72 @@ def _undelivered(p: _Packed, share: _Units, seqs: int) -> _Units:
     return _Units(ids, off[at], np.add.reduceat(tok, at) if len(at) else tok[:0])
 
 
-def _checked_lengths(shard_sizes: Sequence[int], lengths: np.ndarray) -> np.ndarray:
-    if isinstance(shard_sizes, Mixture):
-        raise ConfigError("packed batches take one source's shard sizes; mixtures are not packed")
-    total = int(np.sum(np.asarray(shard_sizes, dtype=np.int64)))
+def _checked_lengths(data: PlanData, lengths: np.ndarray) -> tuple[Mixture, np.ndarray]:
+    """The mixture of ``data`` and its lengths, checked: one count >= 1 per sample of every
+    source, the sources one after another."""
+    mix = as_mixture(data)
+    total = mix.num_samples
     arr = np.asarray(lengths)
     if arr.ndim != 1 or arr.dtype.kind not in "iu" or len(arr) != total:
+        of = "" if len(mix.sources) == 1 else f" of the {len(mix.sources)} sources, in order"
         raise ConfigError(
-            f"lengths must be one integer token count per sample ({total}), got {arr.dtype} "
-            f"of shape {arr.shape}"
+            f"lengths must be one integer token count per sample{of} ({total}), got "
+            f"{arr.dtype} of shape {arr.shape}"
         )
     bad = np.flatnonzero(arr < 1)
     if bad.size:
         raise ConfigError(f"lengths[{int(bad[0])}]={int(arr[bad[0]])}: a sample has >= 1 token")
-    return arr.astype(np.int64)
+    return mix, arr.astype(np.int64)
 
 
-def _fresh(
-    shard_sizes: Sequence[int], lengths: np.ndarray, spec: EpochSpec, world_size: int
-) -> list[_Units]:
-    """Every rank's share of a fresh epoch, as whole samples."""
-    mix = as_mixture(shard_sizes)
-    starts = np.cumsum([0, *mix.sources[0].sizes])
+def shard_starts(mix: Mixture) -> list[np.ndarray]:
+    """Each source's shards' first global sample ids (the sources one after another)."""
+    out, at = [], 0
+    for src in mix.sources:
+        sizes = np.asarray(src.sizes, dtype=np.int64)
+        out.append(at + np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64))
+        at += int(sizes.sum())
+    return out
+
+
+def _expand(items: Sequence[Item], starts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The global sample ids and reps of ``items``, sample by sample in read order (a mix's
+    sources interleaved as ``loaders.read`` reads them)."""
+    ids: list[np.ndarray] = []
+    reps: list[np.ndarray] = []
+    for it in items:
+        if isinstance(it, Slice):
+            a = int(starts[it.source][it.shard]) + it.start
+            ids.append(np.arange(a, a + len(it), dtype=np.int64))
+            reps.append(np.full(len(it), it.rep, dtype=np.int64))
+        elif isinstance(it, Mix):
+            order = np.fromiter(
+                sources_in_order(it.spans, it.lo, it.hi), dtype=np.int64, count=len(it)
+            )
+            got_ids, got_reps = np.empty(len(it), np.int64), np.empty(len(it), np.int64)
+            for i, part in enumerate(it.per_source()):
+                at = order == i
+                got_ids[at], got_reps[at] = _expand(part, starts)
+            ids.append(got_ids)
+            reps.append(got_reps)
+        else:
+            raise ConfigError(f"internal error: a fresh epoch's item is a {type(it).__name__}")
+    if not ids:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty
+    return np.concatenate(ids), np.concatenate(reps)
+
+
+def _fresh(mix: Mixture, lengths: np.ndarray, spec: EpochSpec, world_size: int) -> list[_Units]:
+    """Every rank's share of a fresh epoch, as units of whole samples."""
+    starts, total = shard_starts(mix), mix.num_samples
     items = EpochItems(mix, spec)
     shares = []
     for r in range(world_size):
-        slices = items.rank_items(Topology(r, world_size), Uneven.MASK).items
-        runs = [
-            np.arange(starts[s.shard] + s.start, starts[s.shard] + s.stop, dtype=np.int64)
-            for s in slices
-            if isinstance(s, Slice) and not s.pad
-        ]
-        ids = np.concatenate(runs) if runs else np.zeros(0, dtype=np.int64)
-        shares.append(_Units(ids, np.zeros_like(ids), lengths[ids]))
+        share = items.rank_items(Topology(r, world_size), Uneven.MASK).items
+        sample, rep = _expand([it for it in share if not it.pad], starts)
+        ids = unit_id(sample, rep, total)
+        shares.append(_Units(ids, np.zeros_like(ids), lengths[sample]))
     return shares
 
 
@@ -263,20 +318,21 @@ def _spread(units: _Units, world_size: int) -> list[_Units]:
 
 
 def plan_packed(
-    shard_sizes: Sequence[int],
+    data: PlanData,
     lengths: np.ndarray | Sequence[int],
     spec: EpochSpec,
     pack: PackSpec,
     topology: Topology,
 ) -> PackedRankPlan:
-    """The packed plan of rank ``topology.rank`` for the fresh epoch ``spec.epoch``."""
-    lens = _checked_lengths(shard_sizes, np.asarray(lengths))
-    shares = _fresh(shard_sizes, lens, spec, topology.world_size)
+    """The packed plan of rank ``topology.rank`` for the fresh epoch ``spec.epoch`` of ``data``
+    (one source's shard sizes, or a :class:`Mixture`), ``lengths`` its samples' tokens."""
+    mix, lens = _checked_lengths(data, np.asarray(lengths))
+    shares = _fresh(mix, lens, spec, topology.world_size)
     return _Segment(shares, spec, pack, 0).plan(topology)
 
 
 def plan_packed_resumed(
-    shard_sizes: Sequence[int],
+    data: PlanData,
     lengths: np.ndarray | Sequence[int],
     spec: EpochSpec,
     pack: PackSpec,
@@ -289,8 +345,8 @@ def plan_packed_resumed(
 
     The last segment's topology and rows again: that segment's plan, each worker skipping what
     it delivered (``skip``, ``resume_at``), so the loader delivers exactly the batches the
-    uninterrupted run would have delivered next. Otherwise every rank's undelivered samples
-    after each segment (``_Segment.left``: untouched windows whole; of a partly delivered window,
+    uninterrupted run would have delivered next. Otherwise every rank's undelivered units (each
+    keeps its sample's source and rep: its unit id) after each segment (``_Segment.left``: untouched windows whole; of a partly delivered window,
     the samples of its undelivered sequences, and of a split sample whose pieces were partly
     delivered, its undelivered tokens as one unit that is packed, and split again, as a
     sample), rank by rank in share order, are the next segment's stream: contiguous near-equal
@@ -299,14 +355,12 @@ def plan_packed_resumed(
     is counted in the segment whose window, holding it, had a batch delivered (the last
     segment: all its windows)."""
     if not history:
-        return plan_packed(shard_sizes, lengths, spec, pack, topology)
-    lens = _checked_lengths(shard_sizes, np.asarray(lengths))
+        return plan_packed(data, lengths, spec, pack, topology)
+    mix, lens = _checked_lengths(data, np.asarray(lengths))
     left = _concat([])
     for g, seg in enumerate(history):
         shares = (
-            _fresh(shard_sizes, lens, spec, seg.world_size)
-            if g == 0
-            else _spread(left, seg.world_size)
+            _fresh(mix, lens, spec, seg.world_size) if g == 0 else _spread(left, seg.world_size)
         )
         past = _Segment(shares, spec, replace(pack, rows=seg.batch_size), g)
         if not 0 <= seg.batches <= past.num_batches:
@@ -345,4 +399,7 @@ __all__ = [
     "empty_batch",
     "plan_packed",
     "plan_packed_resumed",
+    "shard_starts",
+    "unit_id",
+    "unit_sample",
 ]

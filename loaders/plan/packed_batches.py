@@ -2,8 +2,10 @@
 (how batches are packed), and a rank's :class:`PackedRankPlan`: its workers, each a run of
 windows (:class:`PackedWindow`) of batches, then padding batches.
 
-A batch is ``rows`` rows; a row is a tuple of entries (sample id, token offset, token count),
-at most ``capacity`` tokens in all; ``()`` is an empty row: no tokens, all of it padding, to be
+A batch is ``rows`` rows; a row is a tuple of entries (unit id, token offset, token count),
+at most ``capacity`` tokens in all (a unit is one reading of a sample this epoch:
+``rep * samples + sample id``, :func:`loaders.plan.packed.unit_id`; a sample's first reading is
+its sample id); ``()`` is an empty row: no tokens, all of it padding, to be
 masked. A padding batch (:func:`empty_batch`) is ``rows`` empty rows.
 """
 
@@ -18,7 +20,7 @@ from loaders.plan.packing import Fit, Overflow
 from loaders.plan.spec import as_enum, k_of
 from wdstool.base.errors import ConfigError
 
-Entry = tuple[int, int, int]  # (sample id, token offset, token count)
+Entry = tuple[int, int, int]  # (unit id, token offset, token count)
 Row = tuple[Entry, ...]  # () is an empty row
 Batch = tuple[Row, ...]  # ``rows`` rows
 
@@ -60,9 +62,9 @@ class PackSpec:
 @dataclass(frozen=True, kw_only=True)
 class PackedWindow:
     """Window ``index`` of a rank's share: positions [start, start + len(ids)) of it, its
-    samples in read order (the worker reads them in this order, once, then fills the batches),
-    its batches; ``dropped``: its samples left out (overflow="drop"), ``truncated`` and
-    ``split``: how many of its samples were cut. In a resumed epoch's later segment a sample
+    units in read order (the worker reads them in this order, once, then fills the batches),
+    its batches; ``dropped``: its units left out (overflow="drop"), ``truncated`` and
+    ``split``: how many of its samples were cut. In a resumed epoch's later segment a unit
     may be what an earlier one left of it: its entries then start at a later token offset."""
 
     index: int

@@ -19,6 +19,7 @@ from loaders.plan.packed import (
     empty_batch,
     plan_packed,
     plan_packed_resumed,
+    unit_id,
 )
 from loaders.plan.packing import pack_sequences
 from wdstool.base.errors import ConfigError
@@ -267,7 +268,7 @@ def test_bad_inputs_are_one_line_config_errors() -> None:
     spec, topo = EpochSpec(), Topology()
     pack = PackSpec(capacity=8, rows=2)
     lengths = np.array([3, 9, 2, 5])
-    with pytest.raises(ConfigError, match="mixtures"):
+    with pytest.raises(ConfigError, match=r"per sample of the 2 sources, in order \(7\)"):
         plan_packed(Mixture((MixSource((2, 2)), MixSource((3,)))), lengths, spec, pack, topo)
     with pytest.raises(ConfigError, match="one integer token count per sample"):
         plan_packed([2, 3], lengths, spec, pack, topo)
@@ -282,3 +283,188 @@ def test_bad_inputs_are_one_line_config_errors() -> None:
         plan_packed_resumed(
             [4], lengths, spec, pack, [Segment(1, 0, 2, full.num_batches + 1)], topo
         )
+
+
+# --- mixtures: units are (sample, rep), the sources' samples one after another ---------------
+
+
+@st.composite
+def mix_setups(draw):
+    """2-3 sources (shard sizes, a weight each; some read more than once an epoch, some
+    subsampled), every sample's length (some over L), the epoch and the packing."""
+    n_sources = draw(st.integers(2, 3))
+    sources = tuple(
+        MixSource(
+            tuple(draw(st.lists(st.integers(0, 9), min_size=1, max_size=3).filter(sum))),
+            draw(st.sampled_from([0.5, 1.0, 2.0, 3.0])),
+            key=i,
+        )
+        for i in range(n_sources)
+    )
+    mix = Mixture(sources, start_epoch=0, cursors=tuple(draw(st.integers(0, 7)) for _ in sources))
+    _sizes, lengths, spec, pack = draw(setups())
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    n, capacity = mix.num_samples, pack.capacity
+    over = rng.random(n) < draw(st.sampled_from([0.0, 0.1, 0.4]))
+    lengths = np.where(
+        over, rng.integers(capacity + 1, 3 * capacity + 1, n), rng.integers(1, capacity + 1, n)
+    )
+    return mix, lengths, spec, pack
+
+
+def _read_order(mix: Mixture, spec: EpochSpec, topo: Topology) -> list[tuple[int, int]]:
+    """(global sample id, rep) of a rank's real samples as the image mixture plan
+    (``plan_epoch``, uneven="mask") has a reader read them: ``loaders.read.read_items``."""
+    from loaders.plan import plan_epoch
+    from loaders.read import read_items
+
+    starts, at = [], 0
+    for src in mix.sources:
+        starts.append(at + np.concatenate([[0], np.cumsum(src.sizes)]))
+        at += src.num_samples
+    image_spec = EpochSpec(
+        seed=spec.seed, epoch=spec.epoch, shuffle=spec.shuffle, batch_size=1, uneven="mask"
+    )
+    (worker,) = plan_epoch(mix, image_spec, replace(topo, num_workers=0)).workers
+
+    def read_run(run):
+        for s in run:
+            for i in range(s.start, s.stop):
+                yield (int(starts[s.source][s.shard]) + i, s.rep, s.pad)
+
+    return [(g, rep) for g, rep, pad in read_items(list(worker.items), read_run) if not pad]
+
+
+def _unit_lengths(mix: Mixture, lengths: np.ndarray, units) -> dict[int, int]:
+    return {unit_id(g, rep, mix.num_samples): int(lengths[g]) for g, rep in units}
+
+
+def _check_unit_cover(entries, want: dict[int, int], pack: PackSpec) -> None:
+    """Every planned unit's tokens exactly once (as :func:`_check_cover` for samples)."""
+    got = defaultdict(list)
+    for u, off, tok in entries:
+        got[u].append((off, tok))
+    for u, n in want.items():
+        expect = n if n <= pack.capacity or pack.overflow == "split" else pack.capacity
+        if n > pack.capacity and pack.overflow == "drop":
+            expect = 0
+        pos = 0
+        for off, tok in sorted(got.pop(u, [])):
+            assert off == pos, f"unit {u}: tokens from {off}, expected {pos}"
+            pos += tok
+        assert pos == expect, f"unit {u}: {pos} tokens delivered, expected {expect}"
+    assert not got, f"units delivered but not planned: {sorted(got)[:5]}"
+
+
+def _over_units(want: dict[int, int], pack: PackSpec) -> Counter:
+    if pack.overflow != "drop":
+        return Counter()
+    return Counter(u for u, n in want.items() if n > pack.capacity)
+
+
+@settings(max_examples=60, deadline=None)
+@given(setup=mix_setups(), world_size=st.integers(1, 4), k1=st.integers(0, 3), k2=st.integers(0, 3))
+def test_mixture_every_unit_once_in_the_mixture_plans_shares(setup, world_size, k1, k2) -> None:
+    """Each rank packs its items of the mixture epoch, read as the image plan reads them;
+    every (sample, rep) once over the ranks, each source's count its share, every sample of a
+    source ⌊share/size⌋ or ⌈share/size⌉ times with reps 0, 1, ...; rows within L, equal steps,
+    the same batches for any worker count."""
+    mix, lengths, spec, pack = setup
+    plans = _plans(setup, world_size, k1)
+    assert len({p.num_batches for p in plans}) == 1
+    planned, entries, dropped = [], [], Counter()
+    for rank, plan in enumerate(plans):
+        got = _delivered(plan)
+        _check_batches(plan, got)
+        entries += [e for batch in got for row in batch for e in row]
+        windows = sorted((win for w in plan.workers for win in w.windows), key=lambda w: w.index)
+        order = _read_order(mix, spec, Topology(rank, world_size))
+        assert [i for win in windows for i in win.ids] == [
+            unit_id(g, rep, mix.num_samples) for g, rep in order
+        ]  # the rank's share: its items of the mixture epoch, in read order
+        planned += order
+        dropped.update(i for win in windows for i in win.dropped)
+    assert len(set(planned)) == len(planned)
+    ends = np.cumsum([0] + [s.num_samples for s in mix.sources])
+    source_of = np.searchsorted(ends, [g for g, _ in planned], side="right") - 1
+    assert np.bincount(source_of, minlength=len(ends) - 1).tolist() == mix.shares()
+    reps = defaultdict(list)
+    for g, rep in planned:
+        reps[g].append(rep)
+    for i, (share, src) in enumerate(zip(mix.shares(), mix.sources, strict=True)):
+        q, extra = divmod(share, src.num_samples)
+        counts = [len(reps[g]) for g in range(ends[i], ends[i + 1])]
+        assert sorted(counts) == [q] * (src.num_samples - extra) + [q + 1] * extra
+        assert all(
+            sorted(reps[g]) == list(range(len(reps[g]))) for g in range(ends[i], ends[i + 1])
+        )
+    want = _unit_lengths(mix, lengths, planned)
+    _check_unit_cover(entries, want, pack)
+    assert dropped == _over_units(want, pack)
+    for plan, other in zip(plans, _plans(setup, world_size, k2), strict=True):
+        assert other.num_batches == plan.num_batches
+        assert Counter(_delivered(other)) == Counter(_delivered(plan))
+    assert _plans(setup, world_size, k1) == plans
+
+
+@settings(max_examples=25, deadline=None)
+@given(setup=mix_setups(), topo=topologies, at=st.lists(st.floats(0, 1), max_size=3))
+def test_mixture_same_topology_resume_gives_the_uninterrupted_rest(setup, topo, at) -> None:
+    mix, lengths, spec, pack = setup
+    world_size, workers, rows = topo
+    pack = PackSpec(**{**pack.__dict__, "rows": rows})
+    for rank in range(world_size):
+        t_rank = Topology(rank, world_size, workers)
+        full = plan_packed(mix, lengths, spec, pack, t_rank)
+        whole = _delivered(full)
+        for t in sorted({0, full.num_batches, *(round(f * full.num_batches) for f in at)}):
+            seg = Segment(world_size, workers, rows, t)
+            resumed = plan_packed_resumed(mix, lengths, spec, pack, [seg], t_rank)
+            assert resumed.resume_at == t and resumed.remaining_batches == len(whole) - t
+            assert _delivered(resumed) == whole[t:]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    setup=mix_setups(),
+    segments=st.lists(st.tuples(topologies, st.floats(0, 1)), min_size=1, max_size=2),
+    final=topologies,
+)
+def test_mixture_elastic_resume_delivers_every_remaining_token_once(setup, segments, final) -> None:
+    """Segments on other topologies, then the rest: every planned unit's tokens once, each
+    dropped unit counted once, equal steps in every segment."""
+    mix, lengths, spec, pack = setup
+    history: list[Segment] = []
+    entries, counted = [], Counter()
+    steps = [*segments, (final, None)]  # the last one runs to the end of the epoch
+    for (world_size, workers, rows), frac in steps:
+        if history and (world_size, workers, rows) == _shape(history[-1]):
+            return  # the state merges a same-topology continuation into its segment
+        seg_pack = PackSpec(**{**pack.__dict__, "rows": rows})
+        plans = [
+            plan_packed_resumed(
+                mix, lengths, spec, seg_pack, history, Topology(r, world_size, workers)
+            )
+            for r in range(world_size)
+        ]
+        assert len({p.num_batches for p in plans}) == 1
+        t = plans[0].num_batches if frac is None else round(frac * plans[0].num_batches)
+        for plan in plans:
+            got = _in_order(plan, t)
+            _check_batches(plan, got)
+            entries += [e for batch in got for row in batch for e in row]
+            if frac is None:  # the epoch's end: every window of it counted
+                counted += Counter(
+                    i for w in plan.workers for win in w.windows for i in win.dropped
+                )
+            else:
+                counted += _started_dropped(plan, t)
+        history.append(Segment(world_size, workers, rows, t))
+    planned = [
+        u
+        for r in range(history[0].world_size)
+        for u in _read_order(mix, spec, Topology(r, history[0].world_size))
+    ]
+    want = _unit_lengths(mix, lengths, planned)
+    _check_unit_cover(entries, want, pack)
+    assert counted == _over_units(want, pack)
