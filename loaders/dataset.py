@@ -282,7 +282,8 @@ class ShardStreamDataset(IterableDataset):
         read_run = shard_reader([s.reader() for s in sources], skip_damaged=skip)
         kind = self.kind(self.config, self.recipes.at(self.epoch))
         if self._packs:  # the batches' samples in their order, the worker's windows read once
-            samples, sizes, layouts = kind.worker_samples(wplan, sources[0].index.sizes, read_run)  # type: ignore[attr-defined]
+            mixture = resume.mixture if resume is not None else self.mixture
+            samples, sizes, layouts = kind.worker_samples(wplan, mixture, read_run)  # type: ignore[attr-defined]
             kind.layouts = iter(layouts)  # type: ignore[attr-defined]
         else:
             samples = worker_stream(

@@ -26,13 +26,25 @@ class Packing:
     batch (docs/design/packing.md): best-fit (``method``) over ``window`` consecutive samples of the
     rank's share, at most ``open_sequences`` open at once; a sample longer than ``length`` is
     truncated (its first ``length`` tokens; images whose placeholders it cuts are dropped) or
-    dropped (``overflow``), and counted."""
+    dropped (``overflow``), and counted.
+
+    ``weights_in``: what the weights of a mixture (``[Source(url, weight=...), ...]``) share out.
+    ``"samples"`` (the default, as for image mixtures): source i's weight w_i is its share of
+    the epoch's samples, ``apportion(N, w)`` (N: the sources' samples together; largest
+    remainders). ``"tokens"``: w_i is its share of the epoch's tokens; the loader plans with
+    sample weights w_i / m_i, m_i the mean tokens a sample of source i puts in the batches (its
+    length cut to ``length``, or 0 for a sample over it with ``overflow="drop"``, over all the
+    source's samples), so source i's samples are ``s_i = apportion(N, [w_j / m_j])`` and its
+    expected tokens ``s_i * m_i`` are ``N w_i / sum_j(w_j / m_j)`` within one ``m_i`` (the
+    rounding of s_i; exact tokens where the source is read in whole passes). One source: no
+    effect."""
 
     length: int
     window: int = 1024
     open_sequences: int | None = 64
     method: str = "best_fit"
     overflow: str = "truncate"
+    weights_in: str = "samples"
 
     def __post_init__(self) -> None:
         for name in ("length", "window"):
@@ -45,6 +57,10 @@ class Packing:
             raise ConfigError(
                 f"Packing: overflow is 'truncate' or 'drop', got {self.overflow!r} (splitting a "
                 "sample over sequences is not offered by the loader yet)"
+            )
+        if self.weights_in not in ("samples", "tokens"):
+            raise ConfigError(
+                f"Packing: weights_in is 'samples' or 'tokens', got {self.weights_in!r}"
             )
 
 

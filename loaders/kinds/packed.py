@@ -26,13 +26,19 @@ import torch
 
 from loaders.config import LoaderConfig
 from loaders.delivery import BatchMeta, Slot
-from loaders.interleaved import Interleaved
+from loaders.interleaved import Interleaved, Packing
 from loaders.interleaved.lengths import sample_lengths
 from loaders.kinds.base import NextSample
 from loaders.kinds.interleaved import InterleavedKind, flat_images
-from loaders.plan import Slice
-from loaders.plan.packed import PackSpec, plan_packed, plan_packed_resumed
-from loaders.read import Located, ReadRun
+from loaders.plan import Mixture, Slice
+from loaders.plan.packed import (
+    PackSpec,
+    plan_packed,
+    plan_packed_resumed,
+    shard_starts,
+    unit_sample,
+)
+from loaders.read import Located, ReadRun, read_items
 from loaders.recipe import Seeder
 from wdstool.base import counters
 from wdstool.base.errors import ConfigError
@@ -67,17 +73,17 @@ class PackedKind(InterleavedKind):
 
     @classmethod
     def settle(cls, sources: Sequence[Any], config: LoaderConfig) -> tuple[list[Any], LoaderConfig]:
-        """One source (a mixture is not packed yet), its numbered images read, and every
-        sample's length in tokens computed (or found kept on this host)."""
-        if len(sources) != 1:
-            raise ConfigError(
-                "Interleaved(packing=...) reads one source; mixtures are not packed yet"
-            )
-        if sources[0].schema.fields or sources[0].schema.fields_fn is not None:
-            raise ConfigError(
-                "Interleaved(packing=...): a packed batch carries no fields yet (fields=, "
-                "fields_fn=); the sample's text is in input_ids"
-            )
+        """The sources with their numbered images read and every sample's length in tokens
+        computed (or found kept on this host); a mixture's weights in tokens
+        (``Packing(weights_in="tokens")``) made weights in samples, each divided by its source's
+        mean tokens a sample (:func:`mean_tokens`)."""
+        for n, src in enumerate(sources):
+            if src.schema.fields or src.schema.fields_fn is not None:
+                which = f" (source[{n}])" if len(sources) > 1 else ""
+                raise ConfigError(
+                    f"Interleaved(packing=...): a packed batch carries no fields yet (fields=, "
+                    f"fields_fn=){which}; the sample's text is in input_ids"
+                )
         if config.repeats != 1 or config.epoch_size is not None:
             raise ConfigError(
                 "Interleaved(packing=...): repeats and epoch_size are not offered yet"
@@ -89,11 +95,16 @@ class PackedKind(InterleavedKind):
                 "epoch; give one image_size, or native=NativeResolution(...)"
             )
         size = None if spec.native is not None else config.recipes.at(0)[0].size
-        src = replace(sources[0], schema=replace(sources[0].schema, numbered=True))
         skip = config.batch.on_error.value == "skip"
-        lengths = sample_lengths(src.reader(), spec, size, skip_bad=skip)
         p = spec.packing
         assert p is not None
+        out = []
+        for source in sources:
+            src = replace(source, schema=replace(source.schema, numbered=True))
+            out.append(
+                replace(src, lengths=sample_lengths(src.reader(), spec, size, skip_bad=skip))
+            )
+        lengths = np.concatenate([s.lengths for s in out])
         long = int((lengths > p.length).sum())
         if long:
             what = (
@@ -103,12 +114,18 @@ class PackedKind(InterleavedKind):
                 "packing: %d of %d samples (%.1f%%) will be %s %d tokens (overflow=%r)",
                 long, len(lengths), 100 * long / len(lengths), what, p.length, p.overflow,
             )  # fmt: skip
-        return [replace(src, lengths=lengths)], config
+        if p.weights_in == "tokens" and len(out) > 1:
+            out = [
+                replace(s, weight=s.weight / mean_tokens(s.lengths, p, n))
+                for n, s in enumerate(out)
+            ]
+        return out, config
 
     # --- the plan ------------------------------------------------------------------------
     @classmethod
     def epoch_plan(cls, dataset: Any, spec: Any, resume: Any) -> Any:
-        """This rank's packed plan of the epoch of ``spec`` (the rest of it after ``resume``)."""
+        """This rank's packed plan of the epoch of ``spec`` (the rest of it after ``resume``):
+        over the loader's mixture, or the one the interrupted epoch was planned with."""
         p = dataset.config.sample.packing
         pack = PackSpec(
             capacity=p.length,
@@ -118,22 +135,30 @@ class PackedKind(InterleavedKind):
             open_sequences=p.open_sequences,
             overflow=p.overflow,
         )
-        src = dataset.sources[0]
         if resume is None:
-            return plan_packed(src.index.sizes, src.lengths, spec, pack, dataset.topology)
+            lengths = np.concatenate([s.lengths for s in dataset.sources])
+            return plan_packed(dataset.mixture, lengths, spec, pack, dataset.topology)
+        # the interrupted epoch's sources (a data set appended to since: the version it was
+        # planned on, whose samples are the data set's first)
+        lengths = np.concatenate(
+            [
+                dataset.sources[i].lengths[: src.num_samples]
+                for i, src in zip(resume.sources, resume.mixture.sources, strict=True)
+            ]
+        )
         return plan_packed_resumed(
-            src.index.sizes, src.lengths, spec, pack, resume.history, dataset.topology
+            resume.mixture, lengths, spec, pack, resume.history, dataset.topology
         )
 
     @classmethod
     def worker_samples(
-        cls, wplan: Any, sizes: Sequence[int], read_run: ReadRun
+        cls, wplan: Any, mixture: Mixture, read_run: ReadRun
     ) -> tuple[Iterator[Located], list[int], list[Any]]:
         """A plan worker's samples in the order its remaining batches hold them, the number of
-        entries of each of those batches, and the batches' rows. Each window's samples are read
-        once, in the rank's order (a contiguous run of its share), and held until its batches
-        are made."""
-        offsets = np.concatenate([[0], np.cumsum(np.asarray(sizes, dtype=np.int64))])
+        entries of each of those batches, and the batches' rows (``mixture``: the one the plan
+        was made over). Each window's units are read once, in the rank's order, each from its
+        source with its rep, and held by unit until its batches are made."""
+        where = _Where(mixture)
         owner = [g for g, w in enumerate(wplan.windows) for _b in w.batches]  # batch -> window
         batches = wplan.batches()[wplan.skip :]
         owner = owner[wplan.skip :] + [-1] * (len(batches) - len(owner[wplan.skip :]))
@@ -143,12 +168,12 @@ class PackedKind(InterleavedKind):
             held: dict[int, Located] = {}
             reading = -1
             for batch, g in zip(batches, owner, strict=True):
-                if g != reading and g >= 0 and any(batch):  # the window's samples, read once
-                    held = _read_window(wplan.windows[g].ids, offsets, read_run)
+                if g != reading and g >= 0 and any(batch):  # the window's units, read once
+                    held = where.read(wplan.windows[g].ids, read_run)
                     reading = g
                 for row in batch:
-                    for sid, _offset, _tokens in row:
-                        yield held[sid]
+                    for unit, _offset, _tokens in row:
+                        yield held[unit]
 
         return stream(), counts, batches
 
@@ -217,24 +242,55 @@ class PackedKind(InterleavedKind):
         }
 
 
-def _read_window(ids: np.ndarray, offsets: np.ndarray, read_run: ReadRun) -> dict[int, Located]:
-    """The samples of one window (global ids, in read order), by id."""
-    ids = np.asarray(ids, dtype=np.int64)
-    if not len(ids):
-        return {}
-    shards = np.searchsorted(offsets, ids, side="right") - 1
-    slices: list[Slice] = []
-    for sid, shard in zip(ids.tolist(), shards.tolist(), strict=True):
-        index = sid - int(offsets[shard])
-        last = slices[-1] if slices else None
-        if last is not None and last.shard == shard and last.stop == index:
-            slices[-1] = Slice(shard, last.start, index + 1)
-        else:
-            slices.append(Slice(shard, index, index + 1))
-    got = list(read_run(slices))
-    if len(got) != len(ids):
-        raise ConfigError(f"internal error: read {len(got)} samples of a window of {len(ids)}")
-    return dict(zip(ids.tolist(), got, strict=True))
+def mean_tokens(lengths: np.ndarray, p: Packing, n: int = 0) -> float:
+    """The mean tokens a sample of source ``n`` puts in the batches: its length, cut to
+    ``p.length`` (overflow="truncate") or 0 when over it (overflow="drop")."""
+    put = np.where(lengths > p.length, 0 if p.overflow == "drop" else p.length, lengths)
+    mean = float(put.mean()) if len(put) else 0.0
+    if mean <= 0:
+        raise ConfigError(
+            f"Packing(weights_in='tokens'): source[{n}] puts no tokens in the batches (every "
+            f"sample is longer than length={p.length}, overflow='drop')"
+        )
+    return mean
+
+
+class _Where:
+    """Where a unit's sample lies: its source, shard and index, and its rep."""
+
+    def __init__(self, mixture: Mixture) -> None:
+        starts = shard_starts(mixture)
+        self.samples = mixture.num_samples
+        self.firsts = np.concatenate(starts)  # every shard's first sample id, source by source
+        self.source = np.concatenate([np.full(len(s), i) for i, s in enumerate(starts)])
+        self.shard = np.concatenate([np.arange(len(s)) for s in starts])
+
+    def read(self, units: Sequence[int], read_run: ReadRun) -> dict[int, Located]:
+        """The samples of one window's units (in read order), by unit."""
+        ids = np.asarray(units, dtype=np.int64)
+        if not len(ids):
+            return {}
+        samples, reps = unit_sample(ids, self.samples)
+        g = np.searchsorted(self.firsts, samples, side="right") - 1
+        slices: list[Slice] = []
+        for source, shard, index, rep in zip(
+            self.source[g].tolist(),
+            self.shard[g].tolist(),
+            (samples - self.firsts[g]).tolist(),
+            reps.tolist(),
+            strict=True,
+        ):
+            last = slices[-1] if slices else None
+            if last is not None and (last.source, last.shard, last.rep, last.stop) == (
+                source, shard, rep, index
+            ):  # fmt: skip
+                slices[-1] = Slice(shard, last.start, index + 1, source, rep)
+            else:
+                slices.append(Slice(shard, index, index + 1, source, rep))
+        got = list(read_items(slices, read_run))
+        if len(got) != len(ids):
+            raise ConfigError(f"internal error: read {len(got)} samples of a window of {len(ids)}")
+        return dict(zip(ids.tolist(), got, strict=True))
 
 
 __all__ = ["PackedKind"]

@@ -66,8 +66,8 @@ def unit_id(sample: Any, rep: Any, samples: int) -> Any:
     return rep * samples + sample
 
 
-def unit_sample(unit: int, samples: int) -> tuple[int, int]:
-    """(sample id, rep) of a unit: :func:`unit_id` undone."""
+def unit_sample(unit: Any, samples: int) -> tuple[Any, Any]:
+    """(sample id, rep) of a unit (or an array of them): :func:`unit_id` undone."""
     rep, sample = divmod(unit, samples)
     return sample, rep
 

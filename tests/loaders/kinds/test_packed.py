@@ -212,8 +212,8 @@ def test_settings_a_packed_loader_refuses(data) -> None:  # type: ignore[no-unty
 
     src, tok = data
     kw: dict[str, Any] = dict(batch_size=2, label=None, num_workers=0)
-    with pytest.raises(ConfigError, match="mixtures are not packed yet"):
-        make_loader([Source(src), Source(src)], output=_spec(tok), **kw)
+    with pytest.raises(ConfigError, match=r"carries no fields yet .* \(source\[1\]\)"):
+        make_loader([Source(src), Source(src, fields={"t": "json"})], output=_spec(tok), **kw)
     with pytest.raises(ConfigError, match="carries no fields"):
         make_loader(src, output=_spec(tok), fields={"t": "json"}, **kw)
     with pytest.raises(ConfigError, match="repeats and epoch_size"):
@@ -223,6 +223,8 @@ def test_settings_a_packed_loader_refuses(data) -> None:  # type: ignore[no-unty
         make_loader(src, output=spec, image_size={0: 32, 1: 48}, **kw)
     with pytest.raises(ConfigError, match="overflow is 'truncate' or 'drop'"):
         Packing(length=L, overflow="split")
+    with pytest.raises(ConfigError, match="weights_in is 'samples' or 'tokens', got 'bytes'"):
+        Packing(length=L, weights_in="bytes")
     with pytest.raises(ConfigError, match="packing needs tokenizer"):
         Interleaved(packing=Packing(length=L))
 
@@ -241,3 +243,189 @@ def test_samples_longer_than_l_are_counted_and_cut(data, caplog) -> None:  # typ
     for batch in loader:
         assert batch["input_ids"].shape == (2, 24)
         assert len(batch["keys"]) == len(set(batch["keys"]))
+
+
+# --- a weighted mixture of two sources ----------------------------------------------------------
+
+CAPTIONS = 57  # source 1: samples of one length (text, one 60x50 image, text)
+LONG = " ".join(WORDS[(3 * i) % len(WORDS)] for i in range(50))
+
+
+@pytest.fixture(scope="module")
+def captions(tmp_path_factory: pytest.TempPathFactory) -> str:
+    root = tmp_path_factory.mktemp("captions")
+    for s, ks in enumerate((range(0, 30), range(30, CAPTIONS))):
+        members = []
+        for k in ks:
+            key = f"cap{k:03d}"
+            members.append((f"{key}.0.jpg", _jpeg(5000 + k, 60, 50)))
+            doc = {"texts": [LONG, None, "the end"], "images": [None, "0.jpg", None]}
+            members.append((f"{key}.json", json.dumps(doc).encode()))
+        _tar(root / f"caps-{s:06d}.tar", members)
+    return str(root / "caps-{000000..000001}.tar")
+
+
+def _expected_caption(tok: TextTokenizer) -> torch.Tensor:
+    rule = _spec(tok).native
+    assert rule is not None
+    h, w = rule.size(50, 60)
+    return tok.encode_interleaved([LONG, 0, "the end"], [(h // 28) * (w // 28)]).input_ids
+
+
+def _layout(tok: TextTokenizer, key: str) -> torch.Tensor:
+    return _expected(tok, int(key[3:])) if key.startswith("doc") else _expected_caption(tok)
+
+
+def _mix_loader(data, captions: str, weights, weights_in="samples", **kw: Any) -> Any:  # type: ignore[no-untyped-def]
+    from loaders import Source
+
+    src, tok = data
+    spec = Interleaved(
+        native=NativeResolution(min_pixels=28 * 28, max_pixels=56 * 56),
+        tokenizer=tok,
+        packing=Packing(length=L, window=8, weights_in=weights_in),
+    )
+    kw = {"num_workers": 0, "seed": 3, "label": None, **kw}
+    sources = [Source(src, weight=weights[0]), Source(captions, weight=weights[1])]
+    return make_loader(sources, batch_size=2, output=spec, **kw)
+
+
+def _per_source(keys: Counter[str]) -> list[int]:
+    return [sum(n for k, n in keys.items() if k.startswith(p)) for p in ("doc", "cap")]
+
+
+def test_mixture_packs_each_source_its_share_as_its_tokenizer_lays_it_out(data, captions) -> None:  # type: ignore[no-untyped-def]
+    """Weights in samples: each source's samples number the mixture plan's share (the
+    over-weighted one read more than once: each of its samples once or twice), every row is its
+    samples' tokenizer layouts one after another, and ``source`` says each sample's source."""
+    from loaders.plan import apportion
+
+    _src, tok = data
+    pad = _spec(tok).pad_id
+    loader = _mix_loader(data, captions, (2, 1))
+    keys: Counter[str] = Counter()
+    n = 0
+    for batch in loader:
+        n += 1
+        ids, pos = batch["input_ids"], batch["position_ids"]
+        assert ids.shape == (2, L)
+        assert batch["source"].tolist() == [int(k.startswith("cap")) for k in batch["keys"]]
+        keys.update(batch["keys"])
+        rows = batch["sample_row"].tolist()
+        for r in range(2):
+            at = 0
+            for key in [k for k, row in zip(batch["keys"], rows, strict=True) if row == r]:
+                want = _layout(tok, key)
+                assert len(want) <= L - at
+                assert torch.equal(ids[r, at : at + len(want)], want), key
+                assert torch.equal(pos[r, at : at + len(want)], torch.arange(len(want))), key
+                at += len(want)
+            assert (ids[r, at:] == pad).all()
+    assert n == len(loader)
+    shares = apportion(SAMPLES + CAPTIONS, [2, 1])
+    assert _per_source(keys) == shares
+    q, extra = divmod(shares[0], SAMPLES)  # the documents, read 1 + a window of the walk
+    assert q == 1 and extra
+    docs = sorted(n for k, n in keys.items() if k.startswith("doc"))
+    assert docs == [q] * (SAMPLES - extra) + [q + 1] * extra
+    assert set(n for k, n in keys.items() if k.startswith("cap")) == {1}
+
+
+def test_mixture_weights_in_tokens_share_the_tokens(data, captions) -> None:  # type: ignore[no-untyped-def]
+    """Weights in tokens: sample weights w_i / m_i (m_i: source i's mean tokens a sample), so
+    each source's sample count is apportion(N, w / m), and where each source's tokens are
+    exactly s_i * m_i (here: the documents read in whole passes, the captions all of one
+    length), the tokens miss the weights by exactly the rounding of the sample shares:
+    T_0 - T * w_0 / W = e_0 * (w_1 m_0 + w_0 m_1) / W, e_0 = s_0 - N v_0 / V, |e_0| < 1."""
+    from loaders.plan import apportion
+
+    _src, tok = data
+    weights = (2, 1)
+    lengths = [
+        [min(len(_expected(tok, k)), L) for k in range(SAMPLES)],
+        [len(_expected_caption(tok))] * CAPTIONS,
+    ]
+    means = [sum(x) / len(x) for x in lengths]
+    v = [w / m for w, m in zip(weights, means, strict=True)]
+    N = SAMPLES + CAPTIONS
+    shares = apportion(N, v)
+    assert shares != apportion(N, weights)  # in tokens, not in samples
+    keys: Counter[str] = Counter()
+    tokens = [0, 0]
+    for batch in _mix_loader(data, captions, weights, "tokens"):
+        keys.update(batch["keys"])
+        for key, source in zip(batch["keys"], batch["source"].tolist(), strict=True):
+            tokens[source] += min(len(_layout(tok, key)), L)
+    assert _per_source(keys) == shares
+    assert shares[0] % SAMPLES == 0  # the design: tokens are s_i * m_i exactly
+    assert tokens == [shares[0] // SAMPLES * sum(lengths[0]), shares[1] * lengths[1][0]]
+    W, T = sum(weights), sum(tokens)
+    e = shares[0] - N * v[0] / sum(v)
+    bound = (weights[1] * means[0] + weights[0] * means[1]) / W
+    assert abs(e) < 1
+    assert tokens[0] - T * weights[0] / W == pytest.approx(e * bound, abs=1e-6)
+    assert abs(tokens[0] - T * weights[0] / W) < bound
+
+
+def test_mixture_resumed_on_other_workers_delivers_the_rest_once(data, captions) -> None:  # type: ignore[no-untyped-def]
+    """A mid-epoch state of a mixture resumed with another worker count: the interrupted
+    batches and the rest hold every sample the uninterrupted epoch does, as many times."""
+    full: Counter[str] = Counter()
+    for batch in _mix_loader(data, captions, (2, 1)):
+        full.update(batch["keys"])
+    first = _mix_loader(data, captions, (2, 1))
+    it = iter(first)
+    before: Counter[str] = Counter()
+    for _ in range(3):
+        before.update(next(it)["keys"])
+    state = first.state_dict()
+    resumed = _mix_loader(data, captions, (2, 1), num_workers=2)
+    resumed.load_state_dict(state)
+    after: Counter[str] = Counter()
+    n = 0
+    for batch in resumed:
+        assert batch["source"].tolist() == [int(k.startswith("cap")) for k in batch["keys"]]
+        after.update(batch["keys"])
+        n += 1
+    assert n == len(resumed) - resumed.start_batch
+    assert before + after == full
+    assert max(full.values()) == 2  # a sample read twice is delivered twice, no more
+
+
+def test_mixture_a_sample_read_twice_gets_its_own_draw(data, captions) -> None:  # type: ignore[no-untyped-def]
+    """An over-weighted source's sample comes twice in the epoch, each reading its own
+    augmentation draw (its rep): with a random crop, its images differ between the two."""
+    from loaders import Source
+
+    src, tok = data
+    spec = Interleaved(tokenizer=tok, packing=Packing(length=L, window=8))
+    loader = make_loader(
+        [Source(src, weight=2), Source(captions, weight=1)],
+        batch_size=2,
+        output=spec,
+        image_size=28,
+        train=True,
+        label=None,
+        num_workers=0,
+        seed=3,
+    )
+    seen: dict[str, list[list[torch.Tensor]]] = {}
+    for batch in loader:
+        images = split_images(batch)
+        rows = batch["sample_row"].tolist()
+        for r in range(batch["input_ids"].shape[0]):
+            keys = [k for k, row in zip(batch["keys"], rows, strict=True) if row == r]
+            starts = (batch["position_ids"][r] == 0).nonzero().flatten().tolist()[: len(keys)]
+            mine: list[list[torch.Tensor]] = [[] for _ in keys]
+            for img, row, (start, _n) in zip(
+                images, batch["image_row"].tolist(), batch["image_spans"].tolist(), strict=True
+            ):
+                if row == r:
+                    mine[max(j for j, s in enumerate(starts) if s <= start)].append(img)
+            for key, imgs in zip(keys, mine, strict=True):
+                seen.setdefault(key, []).append(imgs)
+    twice = {k: v for k, v in seen.items() if len(v) == 2 and v[0]}
+    assert len(twice) >= 10
+    for key, (a, b) in twice.items():
+        assert len(a) == len(b) == int(key[3:]) % 3
+        assert any(not torch.equal(x, y) for x, y in zip(a, b, strict=True)), key
