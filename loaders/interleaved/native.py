@@ -106,4 +106,5 @@ class NativeResolution:
         )
         return resize(img, [h, w], interpolation=mode, antialias=True)
 
+
 __all__ = ["NativeResolution"]
