@@ -94,10 +94,21 @@ class InterleavedKind(OutputKind):
     def decode(
         self, loc: Located, rng: random.Random, seeder: Seeder, where: str
     ) -> tuple[Any, dict[str, Any] | None]:
+        payload, fields, dropped = self.decode_counted(loc, rng, seeder, where)
+        if dropped:
+            counters.count("images_dropped", dropped)
+        return payload, fields
+
+    def decode_counted(
+        self, loc: Located, rng: random.Random, seeder: Seeder, where: str
+    ) -> tuple[Any, dict[str, Any], int]:
+        """:meth:`decode`'s payload and fields, and the images it dropped (over
+        ``max_images``, or cut by the tokenizer's ``max_length``), not counted yet."""
         segments, datas = sample_segments(loc.sample, loc.url)
         most = self.spec.max_images
+        dropped = 0
         if most is not None and len(datas) > most:
-            counters.count("images_dropped", len(datas) - most)
+            dropped = len(datas) - most
             datas = datas[:most]
             segments = [s for s in segments if not isinstance(s, int) or s < most]
         base = rng.getrandbits(64)  # each image from its own generator: (sample, image index)
@@ -108,13 +119,12 @@ class InterleavedKind(OutputKind):
         fields: dict[str, Any] = {"segments": segments}
         tok = self.spec.tokenizer
         if tok is None:
-            return (images, None), fields
+            return (images, None), fields, dropped
         counts = [self.spec.tokens_of(im.shape[1], im.shape[2]) for im in images]
         enc = tok.encode_interleaved(segments, counts)
-        if enc.images_dropped:
-            counters.count("images_dropped", enc.images_dropped)
         fields["input_ids"] = enc.input_ids
-        return ([images[i] for i in enc.images], enc.placeholders), fields
+        images = [images[i] for i in enc.images]
+        return (images, enc.placeholders), fields, dropped + enc.images_dropped
 
     def _image(self, data: bytes, rng: random.Random, seeder: Seeder, where: str) -> torch.Tensor:
         native = self.spec.native

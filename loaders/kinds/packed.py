@@ -10,7 +10,10 @@ tokens of samples: False on padding and image placeholders), ``cu_seqlens`` int3
 boundaries of every sample, and of each row's padding, over the flattened [B*L] tokens: what
 variable-length attention takes) and ``max_seqlen``, ``keys`` and ``sample_row`` (each packed
 sample and its row), and the images as the interleaved kind gives them, with ``image_row``
-(the row) and ``image_spans`` (the placeholder run's start in its row, and its length).
+(the row) and ``image_spans`` (the placeholder run's start in its row, and its length). With
+``Packing(overflow="split")`` a piece of a long sample is a sample here (its own positions,
+boundary, key and row); an image whose run a truncation or a piece boundary cuts is dropped
+and its run's tokens left in a row are the pad id (``Packing``'s docstring).
 """
 
 from __future__ import annotations
@@ -107,9 +110,11 @@ class PackedKind(InterleavedKind):
         lengths = np.concatenate([s.lengths for s in out])
         long = int((lengths > p.length).sum())
         if long:
-            what = (
-                "truncated to their first" if p.overflow == "truncate" else "dropped: longer than"
-            )
+            what = {
+                "truncate": "truncated to their first",
+                "split": "split into pieces of at most",
+                "drop": "dropped: longer than",
+            }[p.overflow]
             log.warning(
                 "packing: %d of %d samples (%.1f%%) will be %s %d tokens (overflow=%r)",
                 long, len(lengths), 100 * long / len(lengths), what, p.length, p.overflow,
@@ -181,17 +186,20 @@ class PackedKind(InterleavedKind):
     def decode(
         self, loc: Located, rng: random.Random, seeder: Seeder, where: str
     ) -> tuple[Any, dict[str, Any] | None]:
-        (images, spans), fields = super().decode(loc, rng, seeder, where)
-        assert fields is not None
-        return (images, spans, fields["input_ids"]), None
+        # a split sample is decoded once per piece: what decoding dropped is counted by the
+        # piece at its token 0 (:meth:`fill`)
+        (images, spans), fields, dropped = self.decode_counted(loc, rng, seeder, where)
+        return (images, spans, fields["input_ids"], dropped), None
 
     def fill(self, next_sample: NextSample, n: int, out: Slot, meta: BatchMeta) -> dict[str, Any]:
         rows = next(self.layouts)
         spec: Interleaved = self.spec
         L, B = spec.packing.length, len(rows)  # type: ignore[union-attr]
+        split = spec.packing.overflow == "split"  # type: ignore[union-attr]
         tok = spec.tokenizer
         assert tok is not None
-        ids = torch.full((B, L), int(spec.pad_id), dtype=torch.int64)
+        pad = int(spec.pad_id)
+        ids = torch.full((B, L), pad, dtype=torch.int64)
         pos = torch.zeros((B, L), dtype=torch.int64)
         loss = torch.zeros((B, L), dtype=torch.bool)
         cu, longest = [0], 0
@@ -202,26 +210,41 @@ class PackedKind(InterleavedKind):
         i = 0
         for r, row in enumerate(rows):
             at = 0
-            for entry in row:
+            for _unit, offset, count in row:
                 got = next_sample()
-                kept, spans, sample_ids = got.payload
-                take = min(int(entry[2]), len(sample_ids), L - at)
-                ids[r, at : at + take] = sample_ids[:take]
+                kept, spans, sample_ids, dropped = got.payload
+                if offset == 0 and dropped:
+                    counters.count("images_dropped", dropped)
+                # the entry: tokens [offset, offset + count) of the sample (all of it, its
+                # first L, or one piece of a split sample)
+                piece = sample_ids[offset : offset + count][: L - at]
+                take = len(piece)
+                end = offset + take
+                ids[r, at : at + take] = piece
                 pos[r, at : at + take] = torch.arange(take)
-                loss[r, at : at + take] = sample_ids[:take] != tok.image_token_id
+                loss[r, at : at + take] = piece != tok.image_token_id
                 for img, (start, length) in zip(kept, spans, strict=True):
-                    if start + length <= take:  # a run the truncation cut is dropped whole
+                    stop = start + length
+                    if offset <= start and stop <= end:  # its whole run is in this entry
                         images.append(img)
                         image_row.append(r)
-                        image_spans.append((at + start, length))
-                    else:
+                        image_spans.append((at + start - offset, length))
+                        continue
+                    # a run the entry's ends cut: the image is dropped, and the part of its run
+                    # the entry holds is padding (no image token without its image)
+                    lo, hi = max(start, offset), min(stop, end)
+                    if lo < hi:
+                        ids[r, at + lo - offset : at + hi - offset] = pad
+                    # counted once: by the piece its run starts in (truncated: by the entry)
+                    if offset <= start < end or (not split and start >= end):
                         counters.count("images_dropped", 1)
                 sample_row.append(r)
                 meta.add(i, got)
                 i += 1
-                at += take
-                cu.append(cu[-1] + take)
-                longest = max(longest, take)
+                if take:
+                    at += take
+                    cu.append(cu[-1] + take)
+                    longest = max(longest, take)
             if at < L:  # the row's padding: a segment of its own
                 cu.append(cu[-1] + L - at)
                 longest = max(longest, L - at)
@@ -244,8 +267,10 @@ class PackedKind(InterleavedKind):
 
 def mean_tokens(lengths: np.ndarray, p: Packing, n: int = 0) -> float:
     """The mean tokens a sample of source ``n`` puts in the batches: its length, cut to
-    ``p.length`` (overflow="truncate") or 0 when over it (overflow="drop")."""
-    put = np.where(lengths > p.length, 0 if p.overflow == "drop" else p.length, lengths)
+    ``p.length`` (overflow="truncate"), whole (overflow="split") or 0 when over it
+    (overflow="drop")."""
+    cut = {"truncate": p.length, "split": lengths, "drop": 0}[p.overflow]
+    put = np.where(lengths > p.length, cut, lengths)
     mean = float(put.mean()) if len(put) else 0.0
     if mean <= 0:
         raise ConfigError(

@@ -120,8 +120,8 @@ def test_every_sample_once_over_the_ranks_rows_within_budget(data) -> None:  # t
     assert set(seen.values()) == {1}
 
 
-def _expected(tok: TextTokenizer, k: int) -> torch.Tensor:
-    """The tokenizer's layout of sample ``k`` as the fixture wrote it."""
+def _segments(tok: TextTokenizer, k: int) -> tuple[list[Any], list[int]]:
+    """Sample ``k``'s segments as the fixture wrote it, and its images' placeholder counts."""
     rule = _spec(tok).native
     assert rule is not None
     segments: list[Any] = [_text(k, 0)]
@@ -130,7 +130,12 @@ def _expected(tok: TextTokenizer, k: int) -> torch.Tensor:
         h, w = rule.size(30 + k, 40 + 11 * i)
         counts.append((h // 28) * (w // 28))
         segments += [i, _text(k, i + 1)]
-    return tok.encode_interleaved(segments, counts).input_ids
+    return segments, counts
+
+
+def _expected(tok: TextTokenizer, k: int) -> torch.Tensor:
+    """The tokenizer's layout of sample ``k`` as the fixture wrote it."""
+    return tok.encode_interleaved(*_segments(tok, k)).input_ids
 
 
 def test_each_sample_is_its_tokenizer_layout(data) -> None:  # type: ignore[no-untyped-def]
@@ -429,3 +434,48 @@ def test_mixture_a_sample_read_twice_gets_its_own_draw(data, captions) -> None: 
     for key, (a, b) in twice.items():
         assert len(a) == len(b) == int(key[3:]) % 3
         assert any(not torch.equal(x, y) for x, y in zip(a, b, strict=True)), key
+
+
+# --- cut image runs, and samples split over sequences ---------------------------------------
+
+
+def _check_image_tokens(batch: dict[str, Any], tok: TextTokenizer) -> None:
+    """What a Qwen2-VL-style model checks: the image-placeholder tokens of ``input_ids`` are
+    exactly the delivered images' runs (no token of a cut run left), each run of image tokens
+    its image's size, out of the loss."""
+    ids, mask, spans = batch["input_ids"], batch["loss_mask"], batch["image_spans"]
+    assert int((ids == tok.image_token_id).sum()) == int(spans[:, 1].sum())
+    for img, r, (start, length) in zip(
+        split_images(batch), batch["image_row"].tolist(), spans.tolist(), strict=True
+    ):
+        assert (ids[r, start : start + length] == tok.image_token_id).all()
+        assert not mask[r, start : start + length].any()
+        assert length == (img.shape[1] // 28) * (img.shape[2] // 28)
+
+
+def test_truncation_leaves_no_token_of_a_cut_image(data) -> None:  # type: ignore[no-untyped-def]
+    """At L=24 the cut of doc023 falls in its second image's run (tokens 23-26): the image is
+    dropped and its first token, left in the row, is the pad id (loss False)."""
+    src, tok = data
+    assert (23, 4) in tok.encode_interleaved(*_segments(tok, 23)).placeholders
+    spec = Interleaved(
+        native=NativeResolution(min_pixels=28 * 28, max_pixels=56 * 56),
+        tokenizer=tok,
+        packing=Packing(length=24, window=8),
+    )
+    pad = spec.pad_id
+    checked = False
+    for batch in make_loader(src, batch_size=2, output=spec, label=None, num_workers=0):
+        _check_image_tokens(batch, tok)
+        for key, r in zip(batch["keys"], batch["sample_row"].tolist(), strict=True):
+            if key == "doc023":
+                starts = (batch["position_ids"][r] == 0).nonzero().flatten().tolist()
+                at = [
+                    s
+                    for s in starts
+                    if torch.equal(batch["input_ids"][r, s : s + 23], _expected(tok, 23)[:23])
+                ]
+                assert len(at) == 1 and batch["input_ids"][r, at[0] + 23] == pad
+                assert not batch["loss_mask"][r, at[0] + 23]
+                checked = True
+    assert checked
