@@ -24,20 +24,33 @@ from wdstool.base.errors import ConfigError
 class Packing:
     """Samples packed into sequences of at most ``length`` tokens, ``batch_size`` sequences a
     batch (docs/design/packing.md): best-fit (``method``) over ``window`` consecutive samples of the
-    rank's share, at most ``open_sequences`` open at once; a sample longer than ``length`` is
-    truncated (its first ``length`` tokens; images whose placeholders it cuts are dropped) or
-    dropped (``overflow``), and counted.
+    rank's share, at most ``open_sequences`` open at once. A sample longer than ``length`` is,
+    by ``overflow``, and counted:
+
+    - ``"truncate"`` (the default): its first ``length`` tokens;
+    - ``"split"``: cut at token offsets 0, L, 2L, ... into pieces of at most L tokens, each its
+      own segment of its row (``input_ids`` the sample's tokens [offset, offset + count),
+      ``position_ids`` from 0, a ``cu_seqlens`` boundary, ``keys``/``sample_row`` naming the
+      sample once per piece). A sample's pieces may land in different rows, batches and
+      workers; every token of every sample is delivered once per epoch, a resume included;
+    - ``"drop"``: left out of the epoch.
+
+    An image goes with the entry (the sample, its first L tokens, or a piece) that holds its
+    whole placeholder run; one whose run a cut falls in (the truncation, or a boundary between
+    two pieces) is dropped, counted once in ``images_dropped``, and the tokens of its run
+    left in the rows are the tokenizer's pad id, out of the loss: the image tokens of
+    ``input_ids`` are exactly the delivered images' runs (``image_spans``).
 
     ``weights_in``: what the weights of a mixture (``[Source(url, weight=...), ...]``) share out.
     ``"samples"`` (the default, as for image mixtures): source i's weight w_i is its share of
     the epoch's samples, ``apportion(N, w)`` (N: the sources' samples together; largest
     remainders). ``"tokens"``: w_i is its share of the epoch's tokens; the loader plans with
     sample weights w_i / m_i, m_i the mean tokens a sample of source i puts in the batches (its
-    length cut to ``length``, or 0 for a sample over it with ``overflow="drop"``, over all the
-    source's samples), so source i's samples are ``s_i = apportion(N, [w_j / m_j])`` and its
-    expected tokens ``s_i * m_i`` are ``N w_i / sum_j(w_j / m_j)`` within one ``m_i`` (the
-    rounding of s_i; exact tokens where the source is read in whole passes). One source: no
-    effect."""
+    length cut to ``length``, whole with ``overflow="split"``, or 0 for a sample over it with
+    ``overflow="drop"``, over all the source's samples), so source i's samples are
+    ``s_i = apportion(N, [w_j / m_j])`` and its expected tokens ``s_i * m_i`` are
+    ``N w_i / sum_j(w_j / m_j)`` within one ``m_i`` (the rounding of s_i; exact tokens where
+    the source is read in whole passes). One source: no effect."""
 
     length: int
     window: int = 1024
@@ -53,10 +66,9 @@ class Packing:
                 raise ConfigError(f"Packing: {name} must be an int >= 1, got {v!r}")
         if self.method not in ("best_fit", "first_fit"):
             raise ConfigError(f"Packing: method is 'best_fit' or 'first_fit', got {self.method!r}")
-        if self.overflow not in ("truncate", "drop"):
+        if self.overflow not in ("truncate", "split", "drop"):
             raise ConfigError(
-                f"Packing: overflow is 'truncate' or 'drop', got {self.overflow!r} (splitting a "
-                "sample over sequences is not offered by the loader yet)"
+                f"Packing: overflow is 'truncate', 'split' or 'drop', got {self.overflow!r}"
             )
         if self.weights_in not in ("samples", "tokens"):
             raise ConfigError(

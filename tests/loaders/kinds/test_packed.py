@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from loaders import Interleaved, NativeResolution, Packing, TextTokenizer, make_loader
 from loaders.kinds.interleaved import split_images
@@ -226,8 +228,8 @@ def test_settings_a_packed_loader_refuses(data) -> None:  # type: ignore[no-unty
     with pytest.raises(ConfigError, match="size schedule"):
         spec = Interleaved(tokenizer=tok, packing=Packing(length=L))
         make_loader(src, output=spec, image_size={0: 32, 1: 48}, **kw)
-    with pytest.raises(ConfigError, match="overflow is 'truncate' or 'drop'"):
-        Packing(length=L, overflow="split")
+    with pytest.raises(ConfigError, match="overflow is 'truncate', 'split' or 'drop'"):
+        Packing(length=L, overflow="wrap")
     with pytest.raises(ConfigError, match="weights_in is 'samples' or 'tokens', got 'bytes'"):
         Packing(length=L, weights_in="bytes")
     with pytest.raises(ConfigError, match="packing needs tokenizer"):
@@ -479,3 +481,220 @@ def test_truncation_leaves_no_token_of_a_cut_image(data) -> None:  # type: ignor
                 assert not batch["loss_mask"][r, at[0] + 23]
                 checked = True
     assert checked
+
+
+def _split_loader(data, length: int, rank: int = 0, ws: int = 1, **kw: Any) -> Any:  # type: ignore[no-untyped-def]
+    src, tok = data
+    spec = Interleaved(
+        native=NativeResolution(min_pixels=28 * 28, max_pixels=56 * 56),
+        tokenizer=tok,
+        packing=Packing(length=length, window=8, overflow="split"),
+    )
+    kw = {"num_workers": 0, "seed": 3, "label": None, **kw}
+    return make_loader(src, batch_size=2, output=spec, rank=rank, world_size=ws, **kw)
+
+
+Piece = tuple[torch.Tensor, list[tuple[int, int, tuple[int, int]]]]  # ids; (start, n, (h, w))
+
+
+def _pieces(batch: dict[str, Any], tok: TextTokenizer, into: dict[str, list[Piece]]) -> None:
+    """Each entry of ``batch`` (a sample, or a piece of one) as its ids and its images (run
+    start in the entry, run length, image size), by key; every check of a batch on the way."""
+    ids, pos, cu = batch["input_ids"], batch["position_ids"], batch["cu_seqlens"].tolist()
+    B, L = ids.shape
+    assert cu[0] == 0 and cu[-1] == B * L and all(b > a for a, b in itertools.pairwise(cu))
+    _check_image_tokens(batch, tok)
+    images = list(
+        zip(
+            batch["image_row"].tolist(),
+            batch["image_spans"].tolist(),
+            [tuple(im.shape[1:]) for im in split_images(batch)],
+            strict=True,
+        )
+    )
+    rows = batch["sample_row"].tolist()
+    placed = 0
+    for r in range(B):
+        keys = [k for k, row in zip(batch["keys"], rows, strict=True) if row == r]
+        bounds = [c - r * L for c in cu if r * L <= c <= (r + 1) * L]
+        assert len(bounds) - 1 - len(keys) in (0, 1)  # its entries, then its padding
+        if len(bounds) - 1 > len(keys):
+            a = bounds[-2]
+            assert (ids[r, a:] == _spec(tok).pad_id).all() and not batch["loss_mask"][r, a:].any()
+        for key, (a, b) in zip(keys, itertools.pairwise(bounds), strict=False):
+            assert torch.equal(pos[r, a:b], torch.arange(b - a)), key
+            mine = [(s - a, n, hw) for row, (s, n), hw in images if row == r and a <= s < b]
+            assert all(s + n <= b - a for s, n, _ in mine)
+            placed += len(mine)
+            into.setdefault(key, []).append((ids[r, a:b].clone(), mine))
+    assert placed == len(images)  # every image in an entry of its row
+
+
+def _tiling(tok: TextTokenizer, key: str, pieces: list[Piece], pad: int) -> list[int]:
+    """The offsets at which ``pieces`` lay out sample ``key`` end to end, every token once:
+    each piece the tokenizer's ids of the sample from its offset, a placeholder run a piece
+    boundary cuts as the pad id (its image in no piece), each whole run's image in its piece.
+    AssertionError where no order does; returns each piece's offset."""
+    k = int(key[3:])
+    enc = tok.encode_interleaved(*_segments(tok, k))
+    rule = _spec(tok).native
+    assert rule is not None
+    sizes = [rule.size(30 + k, 40 + 11 * i) for i in range(k % 3)]
+    runs = [(s, n, sizes[i]) for (s, n), i in zip(enc.placeholders, enc.images, strict=True)]
+    want, total = enc.input_ids, len(enc.input_ids)
+
+    def fits(piece: Piece, p: int) -> bool:
+        got, imgs = piece
+        q = p + len(got)
+        if q > total:
+            return False
+        expect = want[p:q].clone()
+        whole = []
+        for s, n, hw in runs:
+            if p <= s and s + n <= q:
+                whole.append((s - p, n, hw))
+            elif max(s, p) < min(s + n, q):
+                expect[max(s, p) - p : min(s + n, q) - p] = pad
+        return torch.equal(got, expect) and sorted(imgs) == sorted(whole)
+
+    def place(p: int, left: list[int]) -> list[tuple[int, int]] | None:
+        if p == total:
+            return [] if not left else None
+        for j in dict.fromkeys(left):  # pieces alike are interchangeable: try each once
+            if fits(pieces[j], p):
+                rest = place(p + len(pieces[j][0]), [x for x in left if x != j])
+                if rest is not None:
+                    return [(j, p), *rest]
+        return None
+
+    order = place(0, list(range(len(pieces))))
+    assert order is not None, f"{key}: its {len(pieces)} pieces do not lay it out once"
+    return [p for _j, p in sorted(order)]
+
+
+def _cut_runs(tok: TextTokenizer, length: int, most: int | None = None) -> int:
+    """Placeholder runs of the fixture's samples a piece boundary (a multiple of L) cuts
+    (``most``: the images kept a sample, as ``Interleaved(max_images=...)``)."""
+    cut = 0
+    for k in range(SAMPLES):
+        segments, counts = _segments(tok, k)
+        if most is not None:
+            segments = [s for s in segments if not isinstance(s, int) or s < most]
+            counts = counts[:most]
+        for s, n in tok.encode_interleaved(segments, counts).placeholders:
+            cut += any(s < j * length < s + n for j in range(1, (s + n) // length + 1))
+    return cut
+
+
+@settings(max_examples=4, deadline=None)
+@given(ws=st.integers(1, 3), workers=st.integers(0, 2), length=st.sampled_from([20, 24]))
+def test_split_delivers_every_token_of_every_sample_once(data, ws, workers, length) -> None:  # type: ignore[no-untyped-def]
+    """overflow="split": over the ranks, each sample's entries lay out its tokenizer ids end
+    to end, every token once: pieces at 0, L, 2L, ..., all L tokens but the last, a run a
+    boundary cuts as the pad id with its image in no piece, every other image in the piece of
+    its run; image tokens always the delivered images' runs; equal steps on every rank."""
+    _src, tok = data
+    pad = _spec(tok).pad_id
+    assert _cut_runs(tok, length)
+    got: dict[str, list[Piece]] = {}
+    steps = set()
+    for rank in range(ws):
+        loader = _split_loader(data, length, rank, ws, num_workers=workers)
+        n = 0
+        for batch in loader:
+            assert batch["input_ids"].shape == (2, length)
+            _pieces(batch, tok, got)
+            n += 1
+        assert n == len(loader)
+        steps.add(n)
+    assert len(steps) == 1
+    assert sorted(got) == [f"doc{k:03d}" for k in range(SAMPLES)]
+    split = 0
+    for key, pieces in got.items():
+        offsets = _tiling(tok, key, pieces, pad)
+        assert sorted(offsets) == [j * length for j in range(len(pieces))], key
+        split += len(pieces) > 1
+    assert split >= 20
+
+
+@pytest.mark.parametrize("most", [None, 1])
+def test_split_counts_each_dropped_image_once(data, most) -> None:  # type: ignore[no-untyped-def]
+    """An image whose run a piece boundary cuts is counted once in images_dropped (by the
+    piece its run starts in), and one over ``max_images`` once (by the piece at token 0), not
+    once per piece of its sample."""
+    from wdstool.base import counters
+
+    src, tok = data
+    spec = Interleaved(
+        native=NativeResolution(min_pixels=28 * 28, max_pixels=56 * 56),
+        tokenizer=tok,
+        max_images=most,
+        packing=Packing(length=24, window=8, overflow="split"),
+    )
+    loader = make_loader(src, batch_size=2, output=spec, label=None, num_workers=0, stats=False)
+    counters.take()
+    for _batch in loader:
+        pass
+    cut = _cut_runs(tok, 24, most)
+    over = 0 if most is None else sum(max(0, k % 3 - most) for k in range(SAMPLES))
+    assert (cut if most is None else over) >= 1
+    assert counters.take().get("images_dropped", 0) == cut + over
+
+
+def test_split_warns_of_the_pieces(data, caplog) -> None:  # type: ignore[no-untyped-def]
+    _src, tok = data
+    with caplog.at_level("WARNING", logger="loaders.kinds.packed"):
+        _split_loader(data, 24)
+    long = sum(1 for k in range(SAMPLES) if len(_expected(tok, k)) > 24)
+    assert f"{long} of {SAMPLES} samples" in caplog.text
+    assert "will be split into pieces of at most 24 tokens (overflow='split')" in caplog.text
+
+
+@pytest.mark.parametrize(("before", "after"), [((1, 0), (1, 2)), ((2, 1), (3, 0))])
+def test_split_resumed_on_other_workers_delivers_the_rest_once(data, before, after) -> None:  # type: ignore[no-untyped-def]
+    """A mid-epoch state (some samples' pieces delivered, others not) resumed with another
+    world size or worker count: the batches before and after lay out every sample once."""
+    _src, tok = data
+    pad = _spec(tok).pad_id
+    ws, workers = before
+    first: dict[str, list[Piece]] = {}
+    states = []
+    for rank in range(ws):
+        loader = _split_loader(data, 20, rank, ws, num_workers=workers)
+        it = iter(loader)
+        for _ in range(3):
+            _pieces(next(it), tok, first)
+        states.append(loader.state_dict())
+    rest: dict[str, list[Piece]] = {}
+    ws, workers = after
+    steps = set()
+    for rank in range(ws):
+        loader = _split_loader(data, 20, rank, ws, num_workers=workers)
+        loader.load_state_dict(states[0])
+        n = 0
+        for batch in loader:
+            _pieces(batch, tok, rest)
+            n += 1
+        assert n == len(loader) - loader.start_batch
+        steps.add(n)
+    assert len(steps) == 1
+    across = [k for k in first if k in rest]
+    assert across  # a sample split across the interruption: resumed at its undelivered offset
+    keys = sorted(set(first) | set(rest))
+    assert keys == [f"doc{k:03d}" for k in range(SAMPLES)]
+    for key in keys:
+        _tiling(tok, key, first.get(key, []) + rest.get(key, []), pad)
+
+
+def test_mean_tokens_by_overflow() -> None:
+    """What a sample puts in the batches, for weights in tokens: its length cut to L
+    (truncate), all of it (split: every piece is delivered) or nothing (drop)."""
+    import numpy as np
+
+    from loaders.kinds.packed import mean_tokens
+
+    lengths = np.array([4, 10, 30])
+    got = [
+        mean_tokens(lengths, Packing(length=8, overflow=o)) for o in ("truncate", "split", "drop")
+    ]
+    assert got == [(4 + 8 + 8) / 3, (4 + 10 + 30) / 3, 4 / 3]
