@@ -43,6 +43,7 @@ def _complete_shards_only(dest: Path, ref: Path) -> None:
         assert hashlib.sha256(p.read_bytes()).hexdigest() == hashes[p.name], p.name
 
 
+@pytest.mark.full
 def test_kill_9_at_random_moments_then_resume(tree_and_ref, tmp_path: Path, record) -> None:
     src, ref = tree_and_ref
     rec = record("pack: kill -9 at a random moment, then rerun")

@@ -285,6 +285,7 @@ assert decode._jpegcrop is None and decode.whole_decoder() == "pil", decode.whol
 """
 
 
+@pytest.mark.full
 @pytest.mark.slow
 def test_the_loader_works_when_every_codec_but_pil_is_gone(tmp_path: Path) -> None:
     """A fresh process where torchvision.io has no decode functions, TorchCodec and the partial

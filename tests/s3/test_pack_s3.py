@@ -230,6 +230,7 @@ class socketserver_port:
         pass
 
 
+@pytest.mark.full
 def test_pack_through_faults_gives_the_same_bytes(
     tree: Path, local_ref: Path, s3_server, s3_bucket: str
 ) -> None:

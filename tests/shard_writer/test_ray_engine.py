@@ -80,6 +80,7 @@ def cluster():
         c.shutdown()
 
 
+@pytest.mark.full
 def test_local_ray_instance_gives_local_bytes_and_leaves_no_process(
     tree: Path, reference: Path, tmp_path: Path
 ) -> None:
@@ -138,6 +139,7 @@ def test_a_listing_gives_the_local_bytes(tmp_path: Path) -> None:
     assert dir_bytes(tmp_path / "ray") == dir_bytes(tmp_path / "local")
 
 
+@pytest.mark.full
 def test_s3_to_s3_equals_local_pack(tmp_path: Path, s3_server, s3_bucket) -> None:
     """The normal cluster case: SRC and DEST both on S3, probing and shards as Ray tasks."""
     odd_tree = make_odd_tree(tmp_path)
@@ -159,6 +161,7 @@ def test_s3_to_s3_equals_local_pack(tmp_path: Path, s3_server, s3_bucket) -> Non
     assert got == dir_bytes(tmp_path / "ref")
 
 
+@pytest.mark.full
 def test_two_node_cluster_with_relative_paths(
     tree: Path, reference: Path, tmp_path: Path, cluster
 ) -> None:
@@ -176,6 +179,7 @@ def test_two_node_cluster_with_relative_paths(
     assert summary["workers"] == 2  # the cluster's CPUs
 
 
+@pytest.mark.full
 def test_driver_killed_then_rerun_reuses_shards(
     tree: Path, reference: Path, tmp_path: Path, cluster
 ) -> None:
@@ -203,6 +207,7 @@ def test_driver_killed_then_rerun_reuses_shards(
     assert dir_bytes(out) == dir_bytes(reference)
 
 
+@pytest.mark.full
 def test_killed_ray_worker_is_retried_and_output_is_identical(
     tree: Path, reference: Path, tmp_path: Path, cluster
 ) -> None:
@@ -229,7 +234,7 @@ def test_killed_ray_worker_is_retried_and_output_is_identical(
     assert dir_bytes(out) == dir_bytes(reference)
 
 
-def test_unreachable_ray_address_fails_fast_in_one_line(tree: Path, tmp_path: Path) -> None:
+def test_unreachable_ray_address_fails_fast_in_one_line(small_tree: Path, tmp_path: Path) -> None:
     import socket
 
     with socket.socket() as s:
@@ -239,7 +244,7 @@ def test_unreachable_ray_address_fails_fast_in_one_line(tree: Path, tmp_path: Pa
     # before ray.init (which would retry for minutes); a hang still fails on the timeout
     r = run_cli(
         "pack",
-        str(tree),
+        str(small_tree),
         str(tmp_path / "out"),
         "--engine",
         "ray",
@@ -276,10 +281,19 @@ def test_reachability_probe_before_ray_starts() -> None:
         check_reachable("127.0.0.1:http")
 
 
-def test_engine_ray_without_ray_names_the_extra(tree: Path, tmp_path: Path) -> None:
+def test_engine_ray_without_ray_names_the_extra(small_tree: Path, tmp_path: Path) -> None:
     code = "import sys; sys.modules['ray'] = None; from wdstool.cli import main; main()"
     r = subprocess.run(
-        [sys.executable, "-c", code, "pack", str(tree), str(tmp_path / "o"), "--engine", "ray"],
+        [
+            sys.executable,
+            "-c",
+            code,
+            "pack",
+            str(small_tree),
+            str(tmp_path / "o"),
+            "--engine",
+            "ray",
+        ],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -289,6 +303,7 @@ def test_engine_ray_without_ray_names_the_extra(tree: Path, tmp_path: Path) -> N
     assert r.stderr.strip() == "Error: --engine 'ray' needs Ray: pip install -e '.[ray]'"
 
 
+@pytest.mark.full
 def test_on_error_fail_under_ray_is_the_local_one_line_error(tmp_path: Path) -> None:
     from tests.conftest import jpeg_bytes, make_tree
 
@@ -305,6 +320,7 @@ def test_on_error_fail_under_ray_is_the_local_one_line_error(tmp_path: Path) -> 
     assert not list((tmp_path / "out").glob("*.tar"))
 
 
+@pytest.mark.full
 def test_node_dying_mid_pack_is_survived(
     tree: Path, reference: Path, tmp_path: Path, cluster
 ) -> None:

@@ -298,6 +298,7 @@ def test_ctrl_c_prints_what_was_measured(uneven_dataset: Path, tmp_path: Path) -
     assert report["runs"][0]["interrupted"] and report["runs"][0]["batches"] > 10
 
 
+@pytest.mark.full
 def test_compare_exact_eval_and_exact_decode(tmp_path: Path) -> None:
     """--compare exact runs the loader with the scaled decode off, interleaved (a ratio per
     pair); --eval measures the eval transform; --exact-decode switches the scaled decode off;

@@ -19,7 +19,7 @@ from tests.loaders.training.jobs import check_runs, read_log, run_job
 pytest.importorskip(
     "accelerate", reason="accelerate is not installed (pip install -e '.[accelerate]')"
 )
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.full]
 
 
 def test_accelerate_prepare_checkpoint_and_resume(learnable_dataset: Path, tmp_path: Path) -> None:

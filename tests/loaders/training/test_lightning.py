@@ -28,6 +28,7 @@ from tests.support.torchrun import free_port, torchrun_env
 # every make-test worker at collection cost ~4 s of CPU each)
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.full,
     pytest.mark.skipif(
         importlib.util.find_spec("lightning") is None,
         reason="Lightning is not installed (pip install -e '.[lightning]')",

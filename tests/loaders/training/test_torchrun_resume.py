@@ -113,6 +113,7 @@ def _kill_mid_epoch(cmd: list[str], ckpt: Path) -> tuple[int, int]:
     return int(epoch), int(step)
 
 
+@pytest.mark.full
 def test_sigkill_then_resume_same_topology_equals_uninterrupted(
     learnable_dataset: Path, tmp_path: Path
 ) -> None:

@@ -15,7 +15,7 @@ import pytest
 from tests.loaders.training.jobs import check_runs, run_job
 
 pytest.importorskip("torchtnt", reason="torchtnt is not installed (pip install -e '.[torchtnt]')")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.full]
 
 
 def test_torchtnt_train_checkpoints_mid_epoch_and_resumes_exactly(
