@@ -434,7 +434,12 @@ def wdstool_loader(args: argparse.Namespace) -> Any:
     spec = Interleaved(
         native=NativeResolution(),
         tokenizer=TextTokenizer(str(args.data / "tokenizer.json"), image_token="<image>"),
-        packing=Packing(length=args.length, window=args.window, open_sequences=args.open_sequences),
+        packing=Packing(
+            length=args.length,
+            window=args.window,
+            open_sequences=args.open_sequences,
+            method="best_fit",
+        ),
     )
     return make_loader(
         str(args.data / "shards"), batch_size=args.rows, output=spec, label=None,

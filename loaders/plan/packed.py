@@ -35,13 +35,10 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Any
 
 import numpy as np
 
-from loaders.plan.epoch import EpochItems, PlanData, as_mixture
-from loaders.plan.interleave import sources_in_order
-from loaders.plan.items import Item, Mix, Slice
+from loaders.plan.epoch import PlanData, as_mixture
 from loaders.plan.mixture import Mixture
 from loaders.plan.packed_batches import (
     Batch,
@@ -53,50 +50,20 @@ from loaders.plan.packed_batches import (
     Row,
     empty_batch,
 )
-from loaders.plan.packing import pack_sequences
+from loaders.plan.packed_units import (
+    Units,
+    concat_units,
+    fresh_shares,
+    shard_starts,
+    spread_units,
+    unit_id,
+    unit_sample,
+)
+from loaders.plan.packing import Fit, pack_sequences
 from loaders.plan.resume import Segment
 from loaders.plan.shuffle import block_permutation
-from loaders.plan.spec import EpochSpec, Topology, Uneven
+from loaders.plan.spec import EpochSpec, Topology
 from wdstool.base.errors import ConfigError
-
-
-def unit_id(sample: Any, rep: Any, samples: int) -> Any:
-    """The unit of the ``rep``-th reading of sample ``sample`` this epoch (``samples``: the
-    mixture's samples, all sources)."""
-    return rep * samples + sample
-
-
-def unit_sample(unit: Any, samples: int) -> tuple[Any, Any]:
-    """(sample id, rep) of a unit (or an array of them): :func:`unit_id` undone."""
-    rep, sample = divmod(unit, samples)
-    return sample, rep
-
-
-@dataclass(frozen=True, eq=False)
-class _Units:
-    """A stream to pack: entry i is tokens [offsets[i], offsets[i] + tokens[i]) of unit ids[i]
-    (:func:`unit_id`: a whole sample's reading in a fresh epoch; what is left of one in a
-    resumed one). The unit id carries the sample's source and rep through every segment."""
-
-    ids: np.ndarray
-    offsets: np.ndarray
-    tokens: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def cut(self, a: int, b: int) -> _Units:
-        return _Units(self.ids[a:b], self.offsets[a:b], self.tokens[a:b])
-
-
-def _concat(parts: Sequence[_Units]) -> _Units:
-    if not parts:
-        empty = np.zeros(0, dtype=np.int64)
-        return _Units(empty, empty, empty)
-    return _Units(*(np.concatenate([getattr(p, f) for p in parts]) for f in _FIELDS))
-
-
-_FIELDS = ("ids", "offsets", "tokens")
 
 
 @dataclass(frozen=True, eq=False)
@@ -116,23 +83,26 @@ def _window_seed(spec: EpochSpec, generation: int, rank: int, window: int) -> in
     return int(np.random.SeedSequence(entropy).generate_state(1, dtype=np.uint64)[0]) >> 1
 
 
-def _pack_window(
-    units: _Units, start: int, index: int, seed: int | None, pack: PackSpec
-) -> _Packed:
+def _pack_window(units: Units, start: int, index: int, seed: int | None, pack: PackSpec) -> _Packed:
     n = len(units)
     order = block_permutation(seed, n) if seed is not None else np.arange(n)
     p = pack_sequences(
         units.tokens[order],
         pack.capacity,
         method=pack.method,
-        window=pack.open_sequences,
+        window=None if pack.method is Fit.BEST_DECREASING else pack.open_sequences,
         overflow=pack.overflow,
     )
-    unit = order[p.index]
-    offset = units.offsets[unit] + p.offset
-    entries = list(zip(units.ids[unit].tolist(), offset.tolist(), p.tokens.tolist(), strict=True))
-    bounds = p.bounds.tolist()
-    seqs = [tuple(entries[a:b]) for a, b in itertools.pairwise(bounds)]
+    unit, offset, tokens, bounds = order[p.index], p.offset, p.tokens, p.bounds
+    if pack.method is Fit.BEST_DECREASING and seed is not None and p.num_sequences > 1:
+        # sorted, the sequences open longest sample first: put them in a seeded order
+        perm = block_permutation(seed ^ 0x5EC5, p.num_sequences)
+        take = np.concatenate([np.arange(bounds[s], bounds[s + 1]) for s in perm])
+        unit, offset, tokens = unit[take], offset[take], tokens[take]
+        bounds = np.concatenate([[0], np.cumsum(np.diff(bounds)[perm])])
+    offset = units.offsets[unit] + offset
+    entries = list(zip(units.ids[unit].tolist(), offset.tolist(), tokens.tolist(), strict=True))
+    seqs = [tuple(entries[a:b]) for a, b in itertools.pairwise(bounds.tolist())]
     rows = pack.rows
     batches = tuple(
         tuple(seqs[i : i + rows]) + ((),) * max(0, i + rows - len(seqs))
@@ -148,7 +118,7 @@ def _pack_window(
         truncated=p.truncated,
         split=p.split,
     )
-    return _Packed(window, unit, offset, p.tokens, p.bounds)
+    return _Packed(window, unit, offset, tokens, bounds)
 
 
 class _Segment:
@@ -156,7 +126,7 @@ class _Segment:
     window on demand; the plan of any rank; what a rank had not delivered after some batches."""
 
     def __init__(
-        self, shares: list[_Units], spec: EpochSpec, pack: PackSpec, generation: int
+        self, shares: list[Units], spec: EpochSpec, pack: PackSpec, generation: int
     ) -> None:
         self.shares, self.spec, self.pack, self.generation = shares, spec, pack, generation
         self._packed: dict[int, list[_Packed]] = {}
@@ -204,7 +174,7 @@ class _Segment:
             generation=self.generation,
         )
 
-    def left(self, topo: Topology, batches: int) -> _Units:
+    def left(self, topo: Topology, batches: int) -> Units:
         """What rank ``topo.rank`` had not delivered after ``batches`` batches, in share order
         (window by window). A window is started once its worker delivered a batch at or after
         the window's first (for a window of no batches: one after it). A window not started
@@ -213,7 +183,7 @@ class _Segment:
         sample, one unit per contiguous range (its ``dropped`` samples stay counted here)."""
         plan, share, rows = self.plan(topo), self.shares[topo.rank], self.pack.rows
         packed = self.packed(topo.rank)
-        parts: list[tuple[int, _Units]] = []
+        parts: list[tuple[int, Units]] = []
         for wp, done in zip(plan.workers, plan.delivered(batches), strict=True):
             first = 0  # the worker's index of the window's first batch
             for win in wp.windows:
@@ -224,10 +194,10 @@ class _Segment:
                     units = _undelivered(packed[win.index], share, (done - first) * rows)
                     parts.append((win.index, units))
                 first += n
-        return _concat([u for _, u in sorted(parts, key=lambda p: p[0])])
+        return concat_units([u for _, u in sorted(parts, key=lambda p: p[0])])
 
 
-def _undelivered(p: _Packed, share: _Units, seqs: int) -> _Units:
+def _undelivered(p: _Packed, share: Units, seqs: int) -> Units:
     """The tokens of the sequences after the first ``seqs`` of a packed window, per sample in
     read order, each contiguous range of a sample one unit."""
     e = int(p.bounds[seqs])
@@ -238,7 +208,7 @@ def _undelivered(p: _Packed, share: _Units, seqs: int) -> _Units:
     new[1:] = (unit[1:] != unit[:-1]) | (off[1:] != off[:-1] + tok[:-1])
     at = np.flatnonzero(new)
     ids = share.ids[p.window.start + unit[at]]
-    return _Units(ids, off[at], np.add.reduceat(tok, at) if len(at) else tok[:0])
+    return Units(ids, off[at], np.add.reduceat(tok, at) if len(at) else tok[:0])
 
 
 def _checked_lengths(data: PlanData, lengths: np.ndarray) -> tuple[Mixture, np.ndarray]:
@@ -259,64 +229,6 @@ def _checked_lengths(data: PlanData, lengths: np.ndarray) -> tuple[Mixture, np.n
     return mix, arr.astype(np.int64)
 
 
-def shard_starts(mix: Mixture) -> list[np.ndarray]:
-    """Each source's shards' first global sample ids (the sources one after another)."""
-    out, at = [], 0
-    for src in mix.sources:
-        sizes = np.asarray(src.sizes, dtype=np.int64)
-        out.append(at + np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64))
-        at += int(sizes.sum())
-    return out
-
-
-def _expand(items: Sequence[Item], starts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """The global sample ids and reps of ``items``, sample by sample in read order (a mix's
-    sources interleaved as ``loaders.read`` reads them)."""
-    ids: list[np.ndarray] = []
-    reps: list[np.ndarray] = []
-    for it in items:
-        if isinstance(it, Slice):
-            a = int(starts[it.source][it.shard]) + it.start
-            ids.append(np.arange(a, a + len(it), dtype=np.int64))
-            reps.append(np.full(len(it), it.rep, dtype=np.int64))
-        elif isinstance(it, Mix):
-            order = np.fromiter(
-                sources_in_order(it.spans, it.lo, it.hi), dtype=np.int64, count=len(it)
-            )
-            got_ids, got_reps = np.empty(len(it), np.int64), np.empty(len(it), np.int64)
-            for i, part in enumerate(it.per_source()):
-                at = order == i
-                got_ids[at], got_reps[at] = _expand(part, starts)
-            ids.append(got_ids)
-            reps.append(got_reps)
-        else:
-            raise ConfigError(f"internal error: a fresh epoch's item is a {type(it).__name__}")
-    if not ids:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty
-    return np.concatenate(ids), np.concatenate(reps)
-
-
-def _fresh(mix: Mixture, lengths: np.ndarray, spec: EpochSpec, world_size: int) -> list[_Units]:
-    """Every rank's share of a fresh epoch, as units of whole samples."""
-    starts, total = shard_starts(mix), mix.num_samples
-    items = EpochItems(mix, spec)
-    shares = []
-    for r in range(world_size):
-        share = items.rank_items(Topology(r, world_size), Uneven.MASK).items
-        sample, rep = _expand([it for it in share if not it.pad], starts)
-        ids = unit_id(sample, rep, total)
-        shares.append(_Units(ids, np.zeros_like(ids), lengths[sample]))
-    return shares
-
-
-def _spread(units: _Units, world_size: int) -> list[_Units]:
-    """Contiguous near-equal shares of ``units``, rank by rank."""
-    q, r = divmod(len(units), world_size)
-    cuts = [i * q + min(i, r) for i in range(world_size + 1)]
-    return [units.cut(a, b) for a, b in itertools.pairwise(cuts)]
-
-
 def plan_packed(
     data: PlanData,
     lengths: np.ndarray | Sequence[int],
@@ -327,7 +239,7 @@ def plan_packed(
     """The packed plan of rank ``topology.rank`` for the fresh epoch ``spec.epoch`` of ``data``
     (one source's shard sizes, or a :class:`Mixture`), ``lengths`` its samples' tokens."""
     mix, lens = _checked_lengths(data, np.asarray(lengths))
-    shares = _fresh(mix, lens, spec, topology.world_size)
+    shares = fresh_shares(mix, lens, spec, topology.world_size)
     return _Segment(shares, spec, pack, 0).plan(topology)
 
 
@@ -357,10 +269,12 @@ def plan_packed_resumed(
     if not history:
         return plan_packed(data, lengths, spec, pack, topology)
     mix, lens = _checked_lengths(data, np.asarray(lengths))
-    left = _concat([])
+    left = concat_units([])
     for g, seg in enumerate(history):
         shares = (
-            _fresh(mix, lens, spec, seg.world_size) if g == 0 else _spread(left, seg.world_size)
+            fresh_shares(mix, lens, spec, seg.world_size)
+            if g == 0
+            else spread_units(left, seg.world_size)
         )
         past = _Segment(shares, spec, replace(pack, rows=seg.batch_size), g)
         if not 0 <= seg.batches <= past.num_batches:
@@ -378,13 +292,13 @@ def plan_packed_resumed(
             skips = plan.delivered(seg.batches)
             workers = tuple(replace(w, skip=s) for w, s in zip(plan.workers, skips, strict=True))
             return replace(plan, workers=workers, resume_at=seg.batches)
-        left = _concat(
+        left = concat_units(
             [
                 past.left(Topology(r, seg.world_size, seg.num_workers), seg.batches)
                 for r in range(seg.world_size)
             ]
         )
-    shares = _spread(left, topology.world_size)
+    shares = spread_units(left, topology.world_size)
     return _Segment(shares, spec, pack, len(history)).plan(topology)
 
 

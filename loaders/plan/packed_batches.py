@@ -41,8 +41,9 @@ def _count(name: str, value: object, *, none: bool = False) -> None:
 class PackSpec:
     """How batches are packed: ``rows`` sequences of at most ``capacity`` tokens a batch,
     packed ``window`` samples at a time by ``method`` with at most ``open_sequences`` open (the
-    packing function's window; None: no bound); a sample over ``capacity`` is truncated, split
-    or dropped by ``overflow``."""
+    packing function's window; None: no bound; ``best_fit_decreasing`` keeps all of a window's
+    sequences open, at most ``window``, and puts them in a seeded order when the epoch is
+    shuffled); a sample over ``capacity`` is truncated, split or dropped by ``overflow``."""
 
     capacity: int
     rows: int

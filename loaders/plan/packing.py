@@ -5,11 +5,19 @@ known ahead (its images' tokens plus its text's): the answer says which samples 
 samples) each sequence holds, in stream order. Indices are positions in the ``lengths`` given,
 so the planner maps them back through its own order (``order[packing.index]``).
 
-Both methods are online over the stream, in its order:
+Two methods are online over the stream, in its order:
 
 - ``first_fit``: a sample goes into the open sequence opened first that still has room for it;
 - ``best_fit``: into the open sequence with the least room left that still fits it (ties: the
   one opened first).
+
+The third sees the whole stream first, as a planner that knows every length ahead can:
+
+- ``best_fit_decreasing``: best-fit over the entries sorted by length, longest first (ties in
+  stream order); each sequence's entries are still listed in stream order. A sorted stream
+  fills each sequence's room with the small samples that come last, so about half the padding
+  of the online methods is left (``bench/results/packing.md``); give it ``window=None`` (every
+  sequence open) for that: a bound closes sequences before the small samples arrive.
 
 A sample that fits no open sequence opens a new one. With ``window=W`` at most W sequences are
 open at once: before a new one opens, the open sequence with the least room left is closed (ties:
@@ -44,6 +52,7 @@ from wdstool.base.errors import ConfigError
 class Fit(StrEnum):
     FIRST = "first_fit"
     BEST = "best_fit"
+    BEST_DECREASING = "best_fit_decreasing"
 
 
 class Overflow(StrEnum):
@@ -122,9 +131,9 @@ def pack_sequences(
     overflow: Overflow | str = Overflow.TRUNCATE,
 ) -> Packing:
     """Pack samples of ``lengths`` tokens (one per sample, in stream order) into sequences of at
-    most ``capacity`` tokens by ``method`` ("first_fit" or "best_fit"), with at most ``window``
-    sequences open at once (None: no bound). A sample longer than ``capacity`` is truncated,
-    split into pieces or dropped by ``overflow``."""
+    most ``capacity`` tokens by ``method`` ("first_fit", "best_fit" or "best_fit_decreasing"),
+    with at most ``window`` sequences open at once (None: no bound). A sample longer than
+    ``capacity`` is truncated, split into pieces or dropped by ``overflow``."""
     method = as_enum(Fit, "method", method)
     overflow = as_enum(Overflow, "overflow", overflow)
     if not _is_int(capacity) or capacity < 1:
@@ -134,9 +143,15 @@ def pack_sequences(
     capacity = int(capacity)
     lengths = _as_lengths(lengths)
     index, offset, tokens, counts = _entries(lengths, capacity, overflow)
-    fit = _best_fit if method is Fit.BEST else _first_fit
-    seq_list, num_seqs = fit(tokens.tolist(), capacity, window)
-    seq_of = np.asarray(seq_list, dtype=np.int64)
+    if method is Fit.BEST_DECREASING:
+        longest = np.argsort(-tokens, kind="stable")
+        seq_list, num_seqs = _best_fit(tokens[longest].tolist(), capacity, window)
+        seq_of = np.empty(len(tokens), dtype=np.int64)
+        seq_of[longest] = seq_list
+    else:
+        fit = _best_fit if method is Fit.BEST else _first_fit
+        seq_list, num_seqs = fit(tokens.tolist(), capacity, window)
+        seq_of = np.asarray(seq_list, dtype=np.int64)
     order = np.argsort(seq_of, kind="stable")  # each sequence's entries in stream order
     bounds = np.zeros(num_seqs + 1, dtype=np.int64)
     np.cumsum(np.bincount(seq_of, minlength=num_seqs), out=bounds[1:])

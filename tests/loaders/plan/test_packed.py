@@ -43,7 +43,7 @@ def setups(draw):
         capacity=capacity,
         rows=draw(st.integers(1, 4)),
         window=draw(st.integers(1, 12)),
-        method=draw(st.sampled_from(["best_fit", "first_fit"])),
+        method=draw(st.sampled_from(["best_fit", "first_fit", "best_fit_decreasing"])),
         open_sequences=draw(st.sampled_from([None, 1, 2, 4])),
         overflow=draw(st.sampled_from(["truncate", "split", "drop"])),
     )
@@ -160,7 +160,7 @@ def test_no_shuffle_packs_each_window_in_read_order(setup, world_size, k) -> Non
                     lengths[list(win.ids)],
                     pack.capacity,
                     method=pack.method,
-                    window=pack.open_sequences,
+                    window=None if pack.method == "best_fit_decreasing" else pack.open_sequences,
                     overflow=pack.overflow,
                 )
                 rows = [
