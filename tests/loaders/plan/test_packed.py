@@ -468,3 +468,21 @@ def test_mixture_elastic_resume_delivers_every_remaining_token_once(setup, segme
     want = _unit_lengths(mix, lengths, planned)
     _check_unit_cover(entries, want, pack)
     assert counted == _over_units(want, pack)
+
+
+def test_best_fit_decreasing_rows_come_in_a_seeded_order() -> None:
+    """Sorted, a window's sequences open longest sample first: a shuffled epoch puts them in a
+    seeded order (a batch is not the window's longest samples); unshuffled, they stay sorted."""
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(1, 100, 400)
+    pack = PackSpec(capacity=100, rows=1, window=400, method="best_fit_decreasing")
+
+    def longest_per_row(shuffle: bool, seed: int) -> list[int]:
+        spec = EpochSpec(seed=seed, epoch=0, shuffle=shuffle)
+        (win,) = plan_packed([400], lengths, spec, pack, Topology(0, 1, 0)).workers[0].windows
+        return [max(int(lengths[sid]) for sid, _, _ in row) for (row,) in win.batches]
+
+    assert longest_per_row(False, 0) == sorted(longest_per_row(False, 0), reverse=True)
+    a, b = longest_per_row(True, 0), longest_per_row(True, 1)
+    assert a != sorted(a, reverse=True) and b != sorted(b, reverse=True) and a != b
+    assert sorted(a) == sorted(b)  # the same kind of rows, in another order
