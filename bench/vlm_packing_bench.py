@@ -360,7 +360,8 @@ def lay_row(
     image: int,
 ) -> dict[str, Any]:
     """One packed row from (key, ids, runs, images) of its samples, as wdstool lays one out:
-    a sample past the row's end truncated, an image whose run it cuts dropped."""
+    a sample past the row's end truncated, an image whose run it cuts dropped and the part of
+    its run left in the row the pad id (the image tokens are exactly the delivered runs)."""
     ids = torch.full((length,), pad, dtype=torch.int64)
     pos = torch.zeros(length, dtype=torch.int64)
     seqlens, images, spans, keys = [], [], [], []
@@ -373,6 +374,8 @@ def lay_row(
             if start + n <= take:
                 images.append(img)
                 spans.append((at + start, n))
+            elif start < take:
+                ids[at + start : at + take] = pad
         keys.append(key)
         seqlens.append(take)
         at += take
