@@ -18,7 +18,7 @@ from tests.conftest import REPO, make_tree
 from tests.support.countproxy import CountingProxy
 from tests.support.torchrun import free_port, torchrun_env
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.full]
 NODES, PER_NODE = 2, 2
 
 
