@@ -57,9 +57,8 @@ system:
 # `make test` leaves out the tests marked `full` (pyproject.toml): the long system tests (Ray
 # clusters with nodes and workers killed, kill -9 at random moments, the Lightning, torchtnt and
 # Accelerate jobs, a sigkilled torchrun job resumed, a two-node torchrun job over S3, S3 faults
-# on every other connection), a
-# third of the suite's time, so that `make test` stays within 10 minutes on 2 cores;
-# `make test-full` runs just them (CI runs both).
+# on every other connection), a third of the suite's time, so that `make test` stays within 10
+# minutes on 2 cores; `make test-full` runs just them (CI runs both).
 TEST_WORKERS ?= 3
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30
 test: $(STAMP) system
