@@ -169,3 +169,43 @@ def read_object(
         raise
     except Exception as exc:
         raise StorageError(redact(f"{url}: {describe(exc)}", storage_options)) from None
+
+
+def object_version(
+    url: str, storage_options: dict[str, Any] | None = None, retry: RetryPolicy = DEFAULT_RETRY
+) -> str | None:
+    """What tells one version of an object from the next without reading it: a local file's
+    size, mtime and inode; an S3 object's size and ETag (a HEAD); elsewhere fsspec's ``info``
+    (size and an ETag or modification time where the server gives one). None where it does
+    not exist, or where only the size would tell (a cache keyed on that could be stale)."""
+    if not is_remote(url):
+        try:
+            st = os.stat(local_path(url))
+        except OSError:
+            return None
+        return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
+
+    def s3_head() -> str | None:
+        bucket, key = split_s3(url)
+        try:
+            head = cached_s3_client(storage_options).head_object(Bucket=bucket, Key=key)
+        except Exception as exc:
+            code, _status = error_code(exc)
+            if code in ("NoSuchKey", "404", "NotFound"):
+                return None
+            raise
+        return f"{head.get('ContentLength')}:{head.get('ETag')}"
+
+    def fs_info() -> str | None:
+        fs, path = filesystem(url, storage_options)
+        try:
+            info = fs.info(path)
+        except FileNotFoundError:
+            return None
+        tag = info.get("ETag") or info.get("etag") or info.get("last_modified") or info.get("mtime")
+        return f"{info.get('size')}:{tag}" if tag else None
+
+    try:
+        return retry.call(url, s3_head if is_s3(url) else fs_info)
+    except Exception as exc:
+        raise StorageError(redact(f"{url}: {describe(exc)}", storage_options)) from None

@@ -113,6 +113,34 @@ def find_index(source: str, storage_options: dict[str, Any] | None = None) -> tu
     )
 
 
+def index_version(
+    source: str, storage_options: dict[str, Any] | None = None
+) -> tuple[str, str] | None:
+    """The index :func:`find_index` would read for ``source`` and its version
+    (``object_version``: a stat or a HEAD, nothing read), for a cache of what it says; None
+    for a brace pattern, a split of timm's ``_info.json``, no index, or one whose version
+    cannot be told."""
+    from wdstool.base.s3 import object_version
+
+    if is_pattern(source):
+        return None
+    url, split = split_fragment(source)
+    if split is not None:
+        return None
+    if url.endswith(".json"):
+        candidates = [url]
+    else:
+        candidates = [url.rstrip("/") + "/" + name for name in INDEX_NAMES]
+    for candidate in candidates:
+        try:
+            version = object_version(candidate, storage_options)
+        except Exception:  # an unreachable store: find_index says so, in its words
+            return None
+        if version is not None:
+            return candidate, version
+    return None
+
+
 def index_for(urls: list[str], storage_options: dict[str, Any] | None = None) -> Manifest | None:
     """An index in the folder of these shards that counts every one of them (timm's: over all
     its splits), as a manifest of just these shards in this order; None where there is none."""
@@ -175,6 +203,7 @@ __all__ = [
     "find_index",
     "index_for",
     "index_or_shards",
+    "index_version",
     "parse_index",
     "split_fragment",
 ]
