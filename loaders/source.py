@@ -20,13 +20,15 @@ from typing import Any, BinaryIO
 
 from loaders.cache import ShardCache
 from loaders.scan import shared_scan
+from loaders.source_table import TableColumn, TableUrls, keep_table, kept_table, parsing_lock
 from wdstool.base.errors import ConfigError, ShardError
 from wdstool.base.params import parse_size
 from wdstool.base.remote import open_shard
 from wdstool.base.retry import DEFAULT_RETRY, RetryPolicy
 from wdstool.base.urls import is_remote
-from wdstool.format.indexes import index_or_shards
-from wdstool.format.manifest import Manifest, resolve_shard_url
+from wdstool.format.indexes import index_or_shards, index_version
+from wdstool.format.manifest import Manifest, base_url_of, resolve_shard_url
+from wdstool.format.shard_table import ShardTable
 
 log = logging.getLogger(__name__)
 
@@ -99,12 +101,47 @@ def resolve_source(
     source = os.fspath(source)
     if not source:
         raise ConfigError("empty dataset source")
+    cache_dir = access.cache_dir if access is not None else None
+    found = index_version(source, storage_options)  # a stat or a HEAD: nothing read
+    if found is None:
+        return _resolved(source, storage_options, access, skip_damaged, None)
+    with parsing_lock(found, cache_dir):  # a large manifest: one rank of the host parses it
+        table = kept_table(found, cache_dir)
+        if table is not None:
+            return _from_table(table, base_url_of(found[0]))
+        return _resolved(source, storage_options, access, skip_damaged, found)
+
+
+def _resolved(
+    source: str,
+    storage_options: dict[str, Any] | None,
+    access: ShardAccess | None,
+    skip_damaged: bool,
+    found: tuple[str, str] | None,
+) -> DatasetIndex:
     manifest, base, urls = index_or_shards(source, storage_options)
     if manifest is None:
         return _scanned(urls, access or ShardAccess(storage_options=storage_options), skip_damaged)
     if not manifest.shards:
         raise ShardError(f"{source}: the manifest lists no shards")
-    return _from_manifest(manifest, base)
+    index = _from_manifest(manifest, base)
+    if found is not None:
+        cache_dir = access.cache_dir if access is not None else None
+        keep_table(manifest, index.identity, found, storage_options, cache_dir)
+    return index
+
+
+def _from_table(table: ShardTable, base: str) -> DatasetIndex:
+    """The index of a kept shard table: URLs made when asked for, no object per shard."""
+    return DatasetIndex(
+        urls=TableUrls(table, base),  # type: ignore[arg-type]
+        sizes=tuple(table.nsamples.tolist()),
+        classes=table.classes,
+        identity=table.identity,
+        filesizes=TableColumn(table.filesize),  # type: ignore[arg-type]
+        sha256s=TableColumn(table.sha256, text=True),  # type: ignore[arg-type]
+        versions=table.versions,
+    )
 
 
 def _from_manifest(manifest: Manifest, base: str) -> DatasetIndex:

@@ -23,6 +23,19 @@ REPO = Path(__file__).resolve().parent.parent
 # endpoints (and the commands they run) give up after their attempts instead. Tests of waiting
 # out outages pass their own policy (tests/loaders/sources/test_web_sources.py).
 os.environ.setdefault("WDSTOOL_RETRY_PATIENCE", "1")
+# What the loader keeps per host without a cache_dir (token lengths, large manifests' shard
+# tables: $WDSTOOL_CACHE, else ~/.cache/wdstool) goes to a folder of this run, never into the
+# user's home; the commands the tests run and the xdist processes inherit it; the process that
+# made it removes it.
+if "WDSTOOL_TEST_CACHE" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    os.environ["WDSTOOL_TEST_CACHE"] = os.environ["WDSTOOL_CACHE"] = tempfile.mkdtemp(
+        prefix="wdstool-test-cache-"
+    )
+    atexit.register(shutil.rmtree, os.environ["WDSTOOL_TEST_CACHE"], ignore_errors=True)
 
 
 def jpeg_bytes(seed: int, size: tuple[int, int] = (64, 48), quality: int = 85) -> bytes:

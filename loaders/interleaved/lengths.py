@@ -5,7 +5,7 @@ A sample's length is its text's tokens plus each image's placeholder tokens, whi
 on the image's output size (the native rule computes it from the header; a recipe's size is
 fixed): :func:`sample_lengths` reads the text members and the image headers once, never
 decoding pixels, and keeps the result per host (``lengths-<key>.npy`` in the loader's
-``cache_dir``, else ``~/.cache/wdstool``), keyed by the data set's identity, the tokenizer,
+``cache_dir``, else ``$WDSTOOL_CACHE``, else ``~/.cache/wdstool``), keyed by the data set's identity, the tokenizer,
 the image rule and the settings that change a length.
 """
 
@@ -17,7 +17,6 @@ import logging
 import os
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,6 +25,7 @@ from loaders.interleaved.members import sample_segments
 from loaders.interleaved.spec import Interleaved
 from loaders.plan import Slice
 from loaders.read import SourceReader, read_slices
+from loaders.source_table import cache_folder
 from wdstool.base.errors import ConfigError, SampleError
 from wdstool.format.decode import header_size
 from wdstool.format.images import MAX_PIXELS
@@ -46,12 +46,6 @@ def _key(reader: SourceReader, spec: Interleaved, size: Any) -> str:
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:24]
 
 
-def _folder(cache_dir: str | None) -> Path:
-    if cache_dir is not None:
-        return Path(cache_dir)
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "wdstool"
-
-
 def sample_lengths(
     reader: SourceReader, spec: Interleaved, size: Any, *, skip_bad: bool = False
 ) -> np.ndarray:
@@ -66,7 +60,7 @@ def sample_lengths(
             "Interleaved(packing=...): give native=NativeResolution(...) or a transform of one "
             "output size, so that each image's tokens are known before it is decoded"
         )
-    path = _folder(reader.access.cache_dir) / f"lengths-{_key(reader, spec, size)}.npy"
+    path = cache_folder(reader.access.cache_dir) / f"lengths-{_key(reader, spec, size)}.npy"
     if path.exists():
         return np.load(path, allow_pickle=False)  # type: ignore[no-any-return]
     t0 = time.perf_counter()

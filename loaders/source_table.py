@@ -1,0 +1,160 @@
+"""A large manifest read once per host: its shard table kept in the host's cache
+(``wdstool.format.shard_table``) and what the loader's index reads of it, without an object per
+shard.
+
+:func:`kept_table` finds the table of a source's manifest (its URL and version, told by a stat
+or a HEAD: ``wdstool.format.indexes.index_version``); :func:`keep_table` writes it after a rank parsed the manifest, when the
+manifest lists at least ``MIN_SHARDS`` shards (a smaller one parses in well under a second, and
+is not worth a cache entry) and did not change while it was read. At most ``KEEP`` tables are
+kept in a cache folder: the least recently written go first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, overload
+
+from wdstool.format.indexes import index_version
+from wdstool.format.manifest import Manifest, resolve_shard_url
+from wdstool.format.shard_table import ShardTable, load_table, save_table, table_key, table_of
+
+MIN_SHARDS = 10_000
+KEEP = 16
+LOCK_BYTES = 1 << 20  # a manifest this large (~7,000 shards) is parsed by one rank of a host
+
+
+def cache_folder(cache_dir: str | os.PathLike[str] | None) -> Path:
+    """Where per-host data lives: ``cache_dir``, else ``$WDSTOOL_CACHE``, else
+    ``$XDG_CACHE_HOME/wdstool`` (``~/.cache/wdstool``)."""
+    if cache_dir is not None:
+        return Path(cache_dir)
+    if os.environ.get("WDSTOOL_CACHE"):
+        return Path(os.environ["WDSTOOL_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "wdstool"
+
+
+def kept_table(found: tuple[str, str], cache_dir: str | None) -> ShardTable | None:
+    """The table kept for the manifest ``found`` = (URL, version: ``index_version``); None
+    where there is none (then :func:`keep_table` may write it)."""
+    return load_table(cache_folder(cache_dir) / "tables" / table_key(*found))
+
+
+@contextlib.contextmanager
+def parsing_lock(found: tuple[str, str], cache_dir: str | None) -> Iterator[None]:
+    """Held while one process of this host parses a large manifest and keeps its table; the
+    host's other ranks wait here, then map the table instead of each parsing the manifest
+    (eight ranks of a node would each take seconds and ~1 GB at 10^9 samples). The OS lets go
+    of the lock of a process that dies. A manifest under ``LOCK_BYTES``, or a cache that
+    cannot be written: no lock."""
+    size = found[1].split(":", 1)[0]
+    if not size.isdigit() or int(size) < LOCK_BYTES:
+        yield
+        return
+    tables = cache_folder(cache_dir) / "tables"
+    try:
+        tables.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tables / f"{table_key(*found)}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def keep_table(
+    manifest: Manifest,
+    identity: str,
+    found: tuple[str, str],
+    storage_options: dict[str, Any] | None,
+    cache_dir: str | None,
+) -> None:
+    """Keep ``manifest``'s table for the next rank of this host, where it is large enough and
+    the manifest is still the version ``found`` before it was read."""
+    if len(manifest.shards) < MIN_SHARDS:
+        return
+    if index_version(found[0], storage_options) != found:  # changed while it was read
+        return
+    table = table_of(manifest, identity)
+    if table is None:
+        return
+    tables = cache_folder(cache_dir) / "tables"
+    save_table(table, tables / table_key(*found))
+    _prune(tables)
+
+
+def _prune(tables: Path) -> None:
+    try:
+        kept = sorted(
+            (p for p in tables.iterdir() if p.name.startswith("table-") and p.is_dir()),
+            key=lambda p: p.stat().st_mtime,
+        )
+    except OSError:
+        return
+    for old in kept[:-KEEP]:
+        shutil.rmtree(old, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            (tables / f"{old.name}.lock").unlink()
+
+
+class TableUrls(Sequence[str]):
+    """The shard URLs of a table, each made when asked for (relative names resolved against
+    ``base``, as the manifest's are)."""
+
+    def __init__(self, table: ShardTable, base: str) -> None:
+        self.table, self.base = table, base
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+    def __getitem__(self, i: int | slice) -> str | list[str]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        name = self.table.name(i)
+        return resolve_shard_url(self.base, name) if self.base else name
+
+    def __iter__(self) -> Iterator[str]:
+        return (self[i] for i in range(len(self)))
+
+
+class TableColumn(Sequence[Any]):
+    """One column of a table as Python values: ints (``-1`` where the manifest does not say,
+    read as None by the index) or checksums as text (``""``: none)."""
+
+    def __init__(self, values: Any, text: bool = False) -> None:
+        self.values, self.text = values, text
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        v = self.values[i]
+        return v.decode() if self.text else int(v)
+
+
+__all__ = [
+    "KEEP",
+    "LOCK_BYTES",
+    "MIN_SHARDS",
+    "TableColumn",
+    "TableUrls",
+    "cache_folder",
+    "keep_table",
+    "kept_table",
+    "parsing_lock",
+]

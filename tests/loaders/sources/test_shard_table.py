@@ -1,0 +1,199 @@
+"""A large manifest read once per host (loaders/source_table.py, wdstool/format/shard_table.py):
+the first loader parses ``index.json`` and keeps its shard table in the cache; later loaders of
+that host map the table and never parse the manifest, and deliver exactly what the manifest
+says; a rewritten manifest (local or on S3) gets a new table; a damaged table is ignored.
+``MIN_SHARDS`` is lowered so that real packs of a few shards take the table path."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import loaders.source_table as source_table
+import wdstool.format.indexes as indexes
+from loaders import make_loader
+from shard_writer.pack import PackOptions, pack
+from tests.conftest import make_tree
+from wdstool.format.manifest import Manifest, ShardEntry
+from wdstool.format.shard_table import load_table, table_of
+
+
+@pytest.fixture
+def small_tables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(source_table, "MIN_SHARDS", 1)
+
+
+def _packed(root: Path, per_shard: int = 5, seed: int = 0) -> Path:
+    src = make_tree(root / "src", {"a": 7, "b": 6}, seed=seed)
+    pack(str(src), str(root / "shards"), PackOptions(workers=1, max_count=per_shard))
+    return root / "shards"
+
+
+def _epoch(loader) -> list[tuple[list[str], np.ndarray]]:
+    return [(list(b["keys"]), b["pixel_values"].numpy().copy()) for b in loader]
+
+
+def _tables(cache: Path) -> list[Path]:
+    folder = cache / "tables"
+    return (
+        sorted(p for p in folder.iterdir() if p.name.startswith("table-"))
+        if folder.exists()
+        else []
+    )
+
+
+def _no_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*a, **k):
+        raise AssertionError("the manifest was parsed")
+
+    monkeypatch.setattr(indexes, "find_index", refuse)
+
+
+def test_the_second_loader_maps_the_table_and_delivers_the_same(
+    small_tables, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shards, cache = _packed(tmp_path), tmp_path / "cache"
+    kw = {"image_size": 16, "seed": 3, "cache_dir": str(cache), "label": None}
+    first = make_loader(shards, 4, **kw)
+    want, n = _epoch(first), len(first)
+    assert len(_tables(cache)) == 1
+    with monkeypatch.context() as m:
+        _no_parse(m)
+        again = make_loader(shards, 4, **kw)
+        assert list(again.dataset.sources[0].index.urls) == list(
+            first.dataset.sources[0].index.urls
+        )
+        got = _epoch(again)
+        assert len(again) == n == len(got)
+        assert [k for k, _ in got] == [k for k, _ in want]
+        assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(got, want, strict=True))
+        assert again.state_dict() == first.state_dict()  # the same data set identity
+        # two ranks from the table: equal batch counts, every sample (13: one padding repeat)
+        ranks = [make_loader(shards, 2, rank=r, world_size=2, **kw) for r in range(2)]
+        keys = [[k for b in r for k in b["keys"]] for r in ranks]
+        assert len(ranks[0]) == len(ranks[1]) and len(keys[0]) == len(keys[1]) == 7
+        assert set(keys[0] + keys[1]) == {k for ks, _ in want for k in ks}
+
+
+def test_a_rewritten_manifest_gets_a_new_table(small_tables, tmp_path: Path) -> None:
+    shards, cache = _packed(tmp_path), tmp_path / "cache"
+    kw = {"image_size": 16, "cache_dir": str(cache), "label": None}
+    assert len(make_loader(shards, 1, **kw)) == 13
+    manifest = json.loads((shards / "index.json").read_text())
+    manifest["shardlist"] = manifest["shardlist"][:1]  # now one shard of 5 samples
+    manifest["fingerprint"] = "another"
+    (shards / "index.json").write_text(json.dumps(manifest))
+    assert len(make_loader(shards, 1, **kw)) == 5
+    assert len(_tables(cache)) == 2
+
+
+def test_a_damaged_table_is_ignored_and_small_manifests_keep_none(
+    small_tables, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shards, cache = _packed(tmp_path), tmp_path / "cache"
+    kw = {"image_size": 16, "cache_dir": str(cache), "label": None}
+    want = [list(b["keys"]) for b in make_loader(shards, 4, **kw)]
+    (table,) = _tables(cache)
+    np.save(table / "nsamples.npy", np.array([1, 2], dtype=np.int64))  # rows no longer agree
+    assert load_table(table) is None
+    assert [list(b["keys"]) for b in make_loader(shards, 4, **kw)] == want
+    monkeypatch.setattr(source_table, "MIN_SHARDS", 10_000)
+    other = tmp_path / "other"
+    make_loader(_packed(other, seed=1), 4, image_size=16, cache_dir=str(other / "c"), label=None)
+    assert _tables(other / "c") == []
+
+
+def test_at_most_keep_tables_are_kept(
+    small_tables, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(source_table, "KEEP", 2)
+    cache = tmp_path / "cache"
+    for i in range(3):
+        shards = _packed(tmp_path / f"d{i}", seed=i)
+        make_loader(shards, 4, image_size=16, cache_dir=str(cache), label=None)
+    assert len(_tables(cache)) == 2
+
+
+def test_on_s3_the_etag_tells_a_new_manifest(
+    small_tables, tmp_path: Path, s3_server, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shards, cache = _packed(tmp_path), tmp_path / "cache"
+    client = s3_server.client()
+    for f in shards.iterdir():
+        client.put_object(Bucket=s3_bucket, Key=f"ds/{f.name}", Body=f.read_bytes())
+    url = f"s3://{s3_bucket}/ds"
+    kw = {
+        "image_size": 16,
+        "cache_dir": str(cache),
+        "label": None,
+        "storage_options": s3_server.storage_options,
+    }
+    want = [list(b["keys"]) for b in make_loader(url, 4, **kw)]
+    assert len(_tables(cache)) == 1
+    with monkeypatch.context() as m:
+        _no_parse(m)
+        assert [list(b["keys"]) for b in make_loader(url, 4, **kw)] == want
+    manifest = json.loads((shards / "index.json").read_text())
+    manifest["shardlist"] = manifest["shardlist"][1:]
+    manifest["fingerprint"] = "another"
+    client.put_object(Bucket=s3_bucket, Key="ds/index.json", Body=json.dumps(manifest).encode())
+    assert len(make_loader(url, 1, **kw)) == 13 - 5
+    assert len(_tables(cache)) == 2
+
+
+def test_offsets_and_facts_stay_in_the_manifest() -> None:
+    plain = Manifest(shards=(ShardEntry("a.tar", 3, 10, "x" * 64), ShardEntry("b.tar", 2, -1, "")))
+    table = table_of(plain, "id")
+    assert table is not None and len(table) == 2 and table.name(1) == "b.tar"
+    assert table.nsamples.tolist() == [3, 2] and table.filesize.tolist() == [10, -1]
+    assert table.sha256.tolist() == [b"x" * 64, b""]
+    with_offsets = Manifest(shards=(ShardEntry("a.tar", 1, 10, "", (0,)),))
+    assert table_of(with_offsets, "id") is None
+
+
+def test_a_cache_that_cannot_be_written_is_no_error(small_tables, tmp_path: Path) -> None:
+    shards = _packed(tmp_path)
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the cache folder would be")
+    loader = make_loader(shards, 4, image_size=16, cache_dir=str(blocked), label=None)
+    assert len(loader) == 4
+    shutil.rmtree(tmp_path / "src")
+
+
+def _rank_len(shards: str, cache: str, out) -> None:  # in a forked process
+    out.put(len(make_loader(shards, 2, image_size=16, cache_dir=cache, label=None)))
+
+
+def test_the_ranks_of_a_host_parse_a_large_manifest_once(
+    small_tables, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three processes start together: one parses the manifest and keeps the table while the
+    others wait on the host's lock, then map the table."""
+    import multiprocessing as mp
+    import time
+
+    monkeypatch.setattr(source_table, "LOCK_BYTES", 0)
+    shards, cache, log = _packed(tmp_path), tmp_path / "cache", tmp_path / "parses"
+    real = indexes.find_index
+
+    def counting(*a, **k):
+        with open(log, "a") as f:
+            f.write("x")
+        time.sleep(0.5)  # the others arrive while it parses
+        return real(*a, **k)
+
+    monkeypatch.setattr(indexes, "find_index", counting)
+    ctx = mp.get_context("fork")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_rank_len, args=(str(shards), str(cache), out)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    lens = [out.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    assert all(p.exitcode == 0 for p in procs)
+    assert lens == [7, 7, 7] and log.read_text() == "x"
