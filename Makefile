@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 DEMO_DIR ?= build/demo
 DEMO_IMAGES ?= 2000
 
-.PHONY: venv system demo test test-full test-room docs lint format bench bench-fields bench-large bench-restart bench-video bench-peers bench-peers-recipe bench-reshard bench-packing bench-vlm faults mutants clean
+.PHONY: venv system demo test test-full test-room docs lint format bench bench-fields bench-large bench-restart bench-video bench-peers bench-peers-recipe bench-reshard bench-packing bench-vlm bench-scale faults mutants clean
 BENCH_DATA ?= bench/data
 BENCH_IMAGES ?= 10000
 BENCH_WORKERS ?= 1,2
@@ -218,6 +218,14 @@ bench-restart: $(STAMP)
 	mkdir -p bench/results
 	$(PY) bench/restart_bench.py $(BENCH_PHOTOS)/images --images 200 --crops 2 --targets 64,32,128 --out bench/results/restart-decode
 	$(PY) bench/recipe_bench.py $(BENCH_PHOTOS) --set restart --rounds 3 --out bench/results/recipe-restart
+
+# Planning at internet scale (bench/scale_bench.py): one rank's make_loader + len in a fresh
+# process from manifests of 10^8 and 10^9 samples (written once under bench/data/scale/, ~165 MB;
+# no shard exists), 4,096 and 16,384 ranks x 8 workers, and an elastic resume 16,384 -> 12,288,
+# the manifest on local disk and behind a loopback S3 server; a few minutes.
+bench-scale: $(STAMP)
+	mkdir -p bench/results
+	$(PY) bench/scale_bench.py --out bench/results/scale.md
 
 # Packing samples of images and text into sequences of 4,096 tokens (bench/packing_bench.py):
 # first-fit against best-fit at windows of 4 to unbounded open sequences, on a modelled LLaVA-like

@@ -1,0 +1,203 @@
+"""Planning at internet scale: what one rank pays before its first batch, from the manifest alone.
+
+    python bench/scale_bench.py [--repeats 3] [--sizes 8,9] [--ranks 4096,16384] [--out PATH]
+
+Manifests of 10^8 (100,000 shards x 1,000 samples, ~15 MB of ``index.json``) and 10^9 samples
+(1,000,000 shards, ~150 MB) are written once under ``--data`` (no shard exists: none is
+opened). Each figure is a fresh Python process that imports ``loaders``, then times
+``make_loader(src, 64, num_workers=8, rank=R-1, world_size=R)`` + ``len(loader)``, the last
+rank of R, with ``cache_dir`` a folder of its own per manifest (the host's cache: the first
+rank parses ``index.json`` and keeps its shard table there, the later ones map it), and
+reports its memory above ``import loaders`` (the peak resident set,
+``ru_maxrss``, less the resident set right after the import). ``elastic``: a state saved by a
+16,384-rank job half-way through its epoch, loaded by a rank of 12,288 (``load_state_dict`` + ``len``;
+the state is given, as a restarted rank reads it from its checkpoint). Each runs with the
+manifest on local disk and behind a loopback S3 server (moto's, on 127.0.0.1). Medians of
+``--repeats`` runs, min and max beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+CHILD = r"""
+import json, os, resource, sys, time, warnings
+warnings.simplefilter("ignore")  # torch: 8 workers exceed this machine's cores
+import loaders
+from loaders import make_loader
+
+def rss_mb():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+src, world, opts, cache = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4]
+state = json.loads(sys.argv[5]) if len(sys.argv) > 5 else None
+base = rss_mb()
+t0 = time.perf_counter()
+loader = make_loader(src, 64, num_workers=8, rank=world - 1, world_size=world,
+                     storage_options=opts or None, cache_dir=cache)
+if state is not None:
+    loader.load_state_dict(state)
+n = len(loader)
+seconds = time.perf_counter() - t0
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"seconds": seconds, "above_import_mb": peak - base, "len": n}))
+"""
+
+STATE = r"""
+import json, sys, warnings
+warnings.simplefilter("ignore")
+from loaders import make_loader
+opts = json.loads(sys.argv[2])
+loader = make_loader(sys.argv[1], 64, num_workers=8, rank=0, world_size=16384,
+                     storage_options=opts or None, cache_dir=sys.argv[3])
+state = loader.state_dict()
+state["segments"][-1]["batches"] = state["batches"] = len(loader) // 2
+print(json.dumps(state))
+"""
+
+
+def manifest(root: Path, exp: int) -> Path:
+    """``root/1eEXP/index.json``: 10^exp samples in shards of 1,000 (written once)."""
+    d = root / f"1e{exp}"
+    path = d / "index.json"
+    if path.exists():
+        return d
+    d.mkdir(parents=True, exist_ok=True)
+    n = 10**exp // 1000
+    shards = [
+        {"url": f"train-{i:07d}.tar", "nsamples": 1000, "filesize": 10**8, "sha256": f"{i:064x}"}
+        for i in range(n)
+    ]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(
+        json.dumps({"__kind__": "wids-shard-index-v1", "wids_version": 1, "shardlist": shards})
+    )
+    tmp.rename(path)
+    return d
+
+
+def child(code: str, *args: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=REPO
+    )
+    if out.returncode:
+        raise SystemExit(f"child failed ({out.returncode}):\n{out.stderr[-3000:]}")
+    return out.stdout.strip().splitlines()[-1]
+
+
+def measure(
+    src: str, world: int, opts: dict, cache: Path, repeats: int, state: str | None = None
+) -> dict:
+    args = [src, str(world), json.dumps(opts), str(cache)] + ([state] if state else [])
+    runs = [json.loads(child(CHILD, *args)) for _ in range(repeats)]
+    secs = sorted(r["seconds"] for r in runs)
+    mem = sorted(r["above_import_mb"] for r in runs)
+    return {"seconds": secs, "mb": mem, "len": runs[0]["len"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--sizes", default="8,9", help="exponents: 10^8 and 10^9 samples")
+    ap.add_argument("--ranks", default="4096,16384")
+    ap.add_argument("--data", type=Path, default=REPO / "bench" / "data" / "scale")
+    ap.add_argument("--no-s3", action="store_true", help="local disk only")
+    ap.add_argument("--out", type=Path, default=None, help="also write the results (Markdown)")
+    args = ap.parse_args()
+    sizes = [int(x) for x in args.sizes.split(",")]
+    ranks = [int(x) for x in args.ranks.split(",")]
+    dirs = {e: manifest(args.data, e) for e in sizes}
+    rows = []
+    storages: list[tuple[str, dict, dict]] = [
+        ("local disk", {}, {e: str(d) for e, d in dirs.items()})
+    ]
+    s3 = None
+    if not args.no_s3:
+        from wdstool.base.locals3 import LocalS3
+
+        s3 = LocalS3().__enter__()
+        s3.make_bucket("scale")
+        client = s3.client()
+        for e, d in dirs.items():
+            body = (d / "index.json").read_bytes()
+            client.put_object(Bucket="scale", Key=f"1e{e}/index.json", Body=body)
+        urls = {e: f"s3://scale/1e{e}" for e in sizes}
+        storages.append(("loopback S3", s3.storage_options, urls))
+    try:
+        for where, opts, urls in storages:
+            for e in sizes:
+                cache = args.data / "cache" / f"{where.split()[0]}-1e{e}"
+                shutil.rmtree(cache, ignore_errors=True)  # the host's first rank: none kept
+                r = measure(urls[e], ranks[-1], opts, cache, 1)
+                rows.append(
+                    {"where": where, "samples": e, "ranks": ranks[-1], "what": "first", **r}
+                )
+                print(where, f"1e{e}", "first rank of the host", r, flush=True)
+                for world in ranks:
+                    r = measure(urls[e], world, opts, cache, args.repeats)
+                    rows.append(
+                        {"where": where, "samples": e, "ranks": world, "what": "fresh", **r}
+                    )
+                    print(where, f"1e{e}", world, r, flush=True)
+                if 16384 in ranks:
+                    state = child(STATE, urls[e], json.dumps(opts), str(cache))
+                    r = measure(urls[e], 12288, opts, cache, args.repeats, state)
+                    rows.append(
+                        {"where": where, "samples": e, "ranks": 12288, "what": "elastic", **r}
+                    )
+                    print(where, f"1e{e}", "elastic 16384 -> 12288", r, flush=True)
+    finally:
+        if s3 is not None:
+            s3.__exit__(None, None, None)
+    text = render(args, rows)
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+
+
+def render(args: argparse.Namespace, rows: list[dict]) -> str:
+    def mmm(v: list[float], fmt: str) -> str:
+        return " / ".join(format(x, fmt) for x in (v[0], statistics.median(v), v[-1]))
+
+    lines = [
+        "# Planning at scale: one rank's make_loader + len, from the manifest alone",
+        "",
+        f"`python bench/scale_bench.py --repeats {args.repeats}` (`make bench-scale`); the "
+        "method: the script's docstring. 8 workers, batch 64, the last rank.",
+        "",
+        "| manifest on | samples | ranks | what | seconds min / median / max "
+        "| MB above `import loaders` min / median / max | batches |",
+        "|---|---|---:|---|---|---|---:|",
+    ]
+    for r in rows:
+        what = {
+            "first": "the host's first rank: parses the manifest, keeps its table",
+            "fresh": "a later rank: the kept table",
+            "elastic": "elastic: a 16,384-rank state resumed (the kept table)",
+        }[r["what"]]
+        lines.append(
+            f"| {r['where']} | 10^{r['samples']} | {r['ranks']:,} | {what} | "
+            f"{mmm(r['seconds'], '.2f')} | {mmm(r['mb'], '.0f')} | {r['len']:,} |"
+        )
+    lines += [
+        "",
+        f"Python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} CPUs, "
+        f"{time.strftime('%Y-%m-%d')}; load average (1 min) {os.getloadavg()[0]:.2f} at the end.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
