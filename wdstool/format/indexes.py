@@ -87,6 +87,13 @@ def parse_index(data: bytes, url: str, split: str | None = None) -> Manifest:
     return manifest_from_json(obj, url)
 
 
+def _candidates(url: str) -> list[str]:
+    """The index files a source may name: itself (a ``.json``), else each of INDEX_NAMES in it."""
+    if url.endswith(".json"):
+        return [url]
+    return [url.rstrip("/") + "/" + name for name in INDEX_NAMES]
+
+
 def find_index(source: str, storage_options: dict[str, Any] | None = None) -> tuple[Manifest, str]:
     """The index of ``source`` (an index file's URL, ``…/_info.json#SPLIT``, or a folder or
     prefix holding one of ``index.json``, ``_info.json``, ``info.json``) and the URL its shard
@@ -95,10 +102,7 @@ def find_index(source: str, storage_options: dict[str, Any] | None = None) -> tu
     from wdstool.base.s3 import read_object
 
     url, split = split_fragment(source)
-    if url.endswith(".json"):
-        candidates = [url]
-    else:
-        candidates = [url.rstrip("/") + "/" + name for name in INDEX_NAMES]
+    candidates = _candidates(url)
     for candidate in candidates:
         try:
             data = read_object(candidate, storage_options)
@@ -127,11 +131,7 @@ def index_version(
     url, split = split_fragment(source)
     if split is not None:
         return None
-    if url.endswith(".json"):
-        candidates = [url]
-    else:
-        candidates = [url.rstrip("/") + "/" + name for name in INDEX_NAMES]
-    for candidate in candidates:
+    for candidate in _candidates(url):
         try:
             version = object_version(candidate, storage_options)
         except Exception:  # an unreachable store: find_index says so, in its words

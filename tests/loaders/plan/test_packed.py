@@ -61,6 +61,18 @@ def _plans(setup, world_size: int, workers: int) -> list[PackedRankPlan]:
     ]
 
 
+def _segment_plans(data, lengths, spec, pack, history, shape) -> list[PackedRankPlan]:
+    """Every rank's plan of the next segment, on topology ``shape`` = (ranks, workers, rows)."""
+    world_size, workers, rows = shape
+    seg_pack = PackSpec(**{**pack.__dict__, "rows": rows})
+    return [
+        plan_packed_resumed(
+            data, lengths, spec, seg_pack, history, Topology(r, world_size, workers)
+        )
+        for r in range(world_size)
+    ]
+
+
 def _delivered(plan: PackedRankPlan) -> list:
     """The batches the rank delivers, in the loader's order (after what it skips)."""
     per_worker = [w.batches() for w in plan.workers]
@@ -225,13 +237,7 @@ def test_elastic_resume_delivers_every_remaining_token_once(setup, segments, fin
     for (world_size, workers, rows), frac in segments:
         if history and (world_size, workers, rows) == _shape(history[-1]):
             return  # the state merges a same-topology continuation into its segment
-        seg_pack = PackSpec(**{**pack.__dict__, "rows": rows})
-        plans = [
-            plan_packed_resumed(
-                sizes, lengths, spec, seg_pack, history, Topology(r, world_size, workers)
-            )
-            for r in range(world_size)
-        ]
+        plans = _segment_plans(sizes, lengths, spec, pack, history, (world_size, workers, rows))
         assert len({p.num_batches for p in plans}) == 1
         assert {p.generation for p in plans} == {len(history)}
         t = round(frac * plans[0].num_batches)
@@ -440,13 +446,7 @@ def test_mixture_elastic_resume_delivers_every_remaining_token_once(setup, segme
     for (world_size, workers, rows), frac in steps:
         if history and (world_size, workers, rows) == _shape(history[-1]):
             return  # the state merges a same-topology continuation into its segment
-        seg_pack = PackSpec(**{**pack.__dict__, "rows": rows})
-        plans = [
-            plan_packed_resumed(
-                mix, lengths, spec, seg_pack, history, Topology(r, world_size, workers)
-            )
-            for r in range(world_size)
-        ]
+        plans = _segment_plans(mix, lengths, spec, pack, history, (world_size, workers, rows))
         assert len({p.num_batches for p in plans}) == 1
         t = plans[0].num_batches if frac is None else round(frac * plans[0].num_batches)
         for plan in plans:
