@@ -20,7 +20,14 @@ from typing import Any, BinaryIO
 
 from loaders.cache import ShardCache
 from loaders.scan import shared_scan
-from loaders.source_table import TableColumn, TableUrls, keep_table, kept_table, parsing_lock
+from loaders.source_table import (
+    TableColumn,
+    TableUrls,
+    keep_table,
+    kept_table,
+    parsing_lock,
+    written_table,
+)
 from wdstool.base.errors import ConfigError, ShardError
 from wdstool.base.params import parse_size
 from wdstool.base.remote import open_shard
@@ -106,7 +113,7 @@ def resolve_source(
     if found is None:
         return _resolved(source, storage_options, access, skip_damaged, None)
     with parsing_lock(found, cache_dir):  # a large manifest: one rank of the host parses it
-        table = kept_table(found, cache_dir)
+        table = kept_table(found, cache_dir) or written_table(found, storage_options, cache_dir)
         if table is not None:
             return _from_table(table, base_url_of(found[0]))
         return _resolved(source, storage_options, access, skip_damaged, found)

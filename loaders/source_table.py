@@ -19,9 +19,20 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, overload
 
+from wdstool.base.errors import StorageError
+from wdstool.base.s3 import read_head, read_object
 from wdstool.format.indexes import index_version
-from wdstool.format.manifest import Manifest, resolve_shard_url
-from wdstool.format.shard_table import ShardTable, load_table, save_table, table_key, table_of
+from wdstool.format.manifest import MANIFEST_NAME, Manifest, resolve_shard_url
+from wdstool.format.shard_table import (
+    HEAD_BYTES,
+    SIDE_NAME,
+    ShardTable,
+    load_table,
+    save_table,
+    side_table,
+    table_key,
+    table_of,
+)
 
 MIN_SHARDS = 10_000
 KEEP = 16
@@ -44,6 +55,34 @@ def kept_table(found: tuple[str, str], cache_dir: str | None) -> ShardTable | No
     return load_table(cache_folder(cache_dir) / "tables" / table_key(*found))
 
 
+def _large(found: tuple[str, str]) -> bool:
+    size = found[1].split(":", 1)[0]
+    return size.isdigit() and int(size) >= LOCK_BYTES
+
+
+def written_table(
+    found: tuple[str, str], storage_options: dict[str, Any] | None, cache_dir: str | None
+) -> ShardTable | None:
+    """The table ``pack``/``reshard`` wrote beside a large ``index.json``
+    (``index.shards.npz``), where the manifest's first bytes say it is its own; kept in the
+    host's cache for the host's other ranks. None where there is none (then the manifest is
+    parsed)."""
+    url = found[0]
+    if not _large(found) or url.rsplit("/", 1)[-1] != MANIFEST_NAME:
+        return None
+    try:
+        head = read_head(url, HEAD_BYTES, storage_options)
+        data = read_object(url[: -len(MANIFEST_NAME)] + SIDE_NAME, storage_options) if head else b""
+    except (FileNotFoundError, StorageError):
+        return None
+    table = side_table(data, head) if head and data else None
+    if table is not None:
+        tables = cache_folder(cache_dir) / "tables"
+        save_table(table, tables / table_key(*found))
+        _prune(tables)
+    return table
+
+
 @contextlib.contextmanager
 def parsing_lock(found: tuple[str, str], cache_dir: str | None) -> Iterator[None]:
     """Held while one process of this host parses a large manifest and keeps its table; the
@@ -51,8 +90,7 @@ def parsing_lock(found: tuple[str, str], cache_dir: str | None) -> Iterator[None
     (eight ranks of a node would each take seconds and ~1 GB at 10^9 samples). The OS lets go
     of the lock of a process that dies. A manifest under ``LOCK_BYTES``, or a cache that
     cannot be written: no lock."""
-    size = found[1].split(":", 1)[0]
-    if not size.isdigit() or int(size) < LOCK_BYTES:
+    if not _large(found):
         yield
         return
     tables = cache_folder(cache_dir) / "tables"
@@ -157,4 +195,5 @@ __all__ = [
     "keep_table",
     "kept_table",
     "parsing_lock",
+    "written_table",
 ]

@@ -30,6 +30,7 @@ from wdstool.format.manifest import (
     VideoTotals,
     build_manifest,
 )
+from wdstool.format.shard_table import SIDE_NAME, side_bytes
 
 
 class NamedTask(Protocol):
@@ -125,6 +126,11 @@ def commit(
         )
     if job.options.sync:
         dest.sync(names)
+    side = side_bytes(manifest)  # a large data set's shard table, before the manifest it names
+    if side is not None:
+        dest.write_bytes(SIDE_NAME, side)
+    elif dest.exists(SIDE_NAME):  # an earlier version's: it names another manifest
+        dest.remove(SIDE_NAME)
     dest.write_bytes(MANIFEST_NAME, manifest.dumps())
     dest.remove(STATE_DIR)
     extra = dict(job.extra)

@@ -209,3 +209,39 @@ def object_version(
         return retry.call(url, s3_head if is_s3(url) else fs_info)
     except Exception as exc:
         raise StorageError(redact(f"{url}: {describe(exc)}", storage_options)) from None
+
+
+def read_head(
+    url: str,
+    size: int,
+    storage_options: dict[str, Any] | None = None,
+    retry: RetryPolicy = DEFAULT_RETRY,
+) -> bytes | None:
+    """The first ``size`` bytes of a local file or an S3 object (one ranged GET), or None where
+    it does not exist or is elsewhere (a caller that needs it reads the whole object)."""
+    if not is_remote(url):
+        try:
+            with open(local_path(url), "rb") as f:
+                return f.read(size)
+        except OSError:
+            return None
+    if not is_s3(url):
+        return None
+
+    def s3_range() -> bytes | None:
+        bucket, key = split_s3(url)
+        try:
+            resp = cached_s3_client(storage_options).get_object(
+                Bucket=bucket, Key=key, Range=f"bytes=0-{size - 1}"
+            )
+        except Exception as exc:
+            code, _status = error_code(exc)
+            if code in ("NoSuchKey", "404", "NotFound", "InvalidRange", "416"):
+                return None
+            raise
+        return bytes(resp["Body"].read())
+
+    try:
+        return retry.call(url, s3_range)
+    except Exception as exc:
+        raise StorageError(redact(f"{url}: {describe(exc)}", storage_options)) from None

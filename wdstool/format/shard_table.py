@@ -10,16 +10,24 @@ reader (:func:`load_table`): the pages are shared between the ranks of a host.
 
 The folder's name is a key of the manifest's URL and version (:func:`table_key`: size and
 mtime of a local file, size and ETag of an S3 object; ``wdstool.base.s3.object_version``), so a
-rewritten manifest gets a new table. ``index.json`` stays the contract: the table is a cache of
-it, never written beside it. Manifests with per-sample offsets or interleaved facts have no
-table (readers use the manifest itself).
+rewritten manifest gets a new table. Manifests with per-sample offsets or interleaved facts have
+no table (readers use the manifest itself).
+
+``index.json`` stays the contract (the wids index). Beside a manifest of ``SIDE_MIN_SHARDS``
+shards or more, ``pack`` and ``reshard`` (and ``--append``) also write its table as one file,
+``index.shards.npz`` (:func:`side_bytes`, written before the manifest), which names the
+manifest's fingerprint, shard and sample counts; a reader takes it only where the first bytes of
+``index.json`` say the same (:func:`side_table`), so the host's first rank parses nothing either.
+A manifest rewritten by another tool, or by hand, no longer matches and is parsed.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -32,6 +40,14 @@ from wdstool.format.manifest import Manifest
 
 TABLE_VERSION = 1
 _COLUMNS = ("nsamples", "filesize", "sha256", "names", "name_ends")
+SIDE_NAME = "index.shards.npz"
+SIDE_MIN_SHARDS = 10_000
+HEAD_BYTES = 1 << 16  # how much of index.json holds its fingerprint and counts (ours: ~300 B)
+_HEAD = {
+    "fingerprint": re.compile(rb'"fingerprint":\s*"([0-9a-f]+)"'),
+    "num_samples": re.compile(rb'"num_samples":\s*(\d+)'),
+    "num_shards": re.compile(rb'"num_shards":\s*(\d+)'),
+}
 
 
 @dataclass(frozen=True, eq=False)
@@ -142,4 +158,75 @@ def load_table(folder: Path) -> ShardTable | None:
     return ShardTable(**cols, meta=meta)
 
 
-__all__ = ["TABLE_VERSION", "ShardTable", "load_table", "save_table", "table_key", "table_of"]
+def side_bytes(manifest: Manifest) -> bytes | None:
+    """The side file of ``manifest`` (an uncompressed ``.npz``), or None where it has none: under
+    ``SIDE_MIN_SHARDS`` shards, no fingerprint, or shards with offsets or facts."""
+    if len(manifest.shards) < SIDE_MIN_SHARDS or not manifest.fingerprint:
+        return None
+    table = table_of(manifest, manifest.fingerprint)
+    if table is None:
+        return None
+    facts = {
+        **table.meta,
+        "table_version": TABLE_VERSION,
+        "fingerprint": manifest.fingerprint,
+        "num_samples": manifest.num_samples,
+        "num_shards": len(manifest.shards),
+    }
+    buf = io.BytesIO()
+    np.savez(buf, meta=np.array(json.dumps(facts)), **{c: getattr(table, c) for c in _COLUMNS})
+    return buf.getvalue()
+
+
+def head_facts(head: bytes) -> dict[str, str]:
+    """The fingerprint and counts the first bytes of a manifest say (those it says)."""
+    out = {}
+    for name, pattern in _HEAD.items():
+        m = pattern.search(head)
+        if m:
+            out[name] = m.group(1).decode()
+    return out
+
+
+def side_table(data: bytes, head: bytes) -> ShardTable | None:
+    """The table of side file ``data`` where the manifest whose first bytes are ``head`` is the
+    one it was written with (fingerprint, shards and samples); None otherwise, or where it is
+    not a whole side file of this version."""
+    facts = head_facts(head)
+    if len(facts) != len(_HEAD):
+        return None
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+            meta = json.loads(str(z["meta"]))
+            cols = {c: z[c] for c in _COLUMNS}
+    except (OSError, ValueError, KeyError, EOFError, RuntimeError):
+        return None
+    if meta.get("table_version") != TABLE_VERSION or any(
+        str(meta.get(k)) != v for k, v in facts.items()
+    ):
+        return None
+    n = len(cols["nsamples"])
+    if n != int(facts["num_shards"]) or int(cols["nsamples"].sum()) != int(facts["num_samples"]):
+        return None
+    if any(len(cols[c]) != n for c in ("filesize", "sha256", "name_ends")) or (
+        n and int(cols["name_ends"][-1]) != len(cols["names"])
+    ):
+        return None
+    keep = {k: meta[k] for k in ("classes", "identity", "versions") if k in meta}
+    return ShardTable(**cols, meta=keep)
+
+
+__all__ = [
+    "HEAD_BYTES",
+    "SIDE_MIN_SHARDS",
+    "SIDE_NAME",
+    "TABLE_VERSION",
+    "ShardTable",
+    "head_facts",
+    "load_table",
+    "save_table",
+    "side_bytes",
+    "side_table",
+    "table_key",
+    "table_of",
+]

@@ -19,7 +19,7 @@ from loaders import make_loader
 from shard_writer.pack import PackOptions, pack
 from tests.conftest import make_tree
 from wdstool.format.manifest import Manifest, ShardEntry
-from wdstool.format.shard_table import load_table, table_of
+from wdstool.format.shard_table import SIDE_NAME, load_table, table_of
 
 
 @pytest.fixture
@@ -40,7 +40,7 @@ def _epoch(loader) -> list[tuple[list[str], np.ndarray]]:
 def _tables(cache: Path) -> list[Path]:
     folder = cache / "tables"
     return (
-        sorted(p for p in folder.iterdir() if p.name.startswith("table-"))
+        sorted(p for p in folder.iterdir() if p.name.startswith("table-") and p.is_dir())
         if folder.exists()
         else []
     )
@@ -197,3 +197,74 @@ def test_the_ranks_of_a_host_parse_a_large_manifest_once(
         p.join(timeout=60)
     assert all(p.exitcode == 0 for p in procs)
     assert lens == [7, 7, 7] and log.read_text() == "x"
+
+
+@pytest.fixture
+def side_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pack writes the side file for any number of shards; the loader looks for it at any
+    manifest size."""
+    import wdstool.format.shard_table as shard_table
+
+    monkeypatch.setattr(shard_table, "SIDE_MIN_SHARDS", 1)
+    monkeypatch.setattr(source_table, "LOCK_BYTES", 0)
+
+
+def test_a_small_pack_writes_no_side_file(tmp_path: Path) -> None:
+    assert not (_packed(tmp_path) / SIDE_NAME).exists()
+
+
+def test_the_hosts_first_rank_reads_the_side_file_not_the_manifest(
+    side_files, small_tables, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shards = _packed(tmp_path)
+    side = shards / SIDE_NAME
+    assert side.exists()
+    kw = {"image_size": 16, "seed": 5, "label": None}
+    away = side.rename(tmp_path / "away.npz")  # the manifest's own way
+    want = _epoch(make_loader(shards, 4, cache_dir=str(tmp_path / "a"), **kw))
+    away.rename(side)
+    with monkeypatch.context() as m:
+        _no_parse(m)
+        got = _epoch(make_loader(shards, 4, cache_dir=str(tmp_path / "b"), **kw))
+    assert [k for k, _ in got] == [k for k, _ in want]
+    assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(got, want, strict=True))
+    assert len(_tables(tmp_path / "b")) == 1  # kept for the host's other ranks
+
+
+def test_a_side_file_of_another_manifest_is_ignored(
+    side_files, small_tables, tmp_path: Path
+) -> None:
+    shards = _packed(tmp_path)
+    manifest = json.loads((shards / "index.json").read_text())
+    manifest["shardlist"] = manifest["shardlist"][:2]  # edited by hand: 10 samples, not 13
+    manifest["num_shards"], manifest["num_samples"] = 2, 10
+    (shards / "index.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    loader = make_loader(shards, 1, image_size=16, cache_dir=str(tmp_path / "c"), label=None)
+    assert len(loader) == 10  # the fingerprint still matches, the counts do not: parsed
+
+
+def test_on_s3_the_side_file_is_read_with_a_ranged_head(
+    side_files, small_tables, tmp_path: Path, s3_server, s3_bucket: str, monkeypatch
+) -> None:
+    shards = _packed(tmp_path)
+    client = s3_server.client()
+    for f in shards.iterdir():
+        client.put_object(Bucket=s3_bucket, Key=f"side/{f.name}", Body=f.read_bytes())
+    kw = {"image_size": 16, "label": None, "storage_options": s3_server.storage_options}
+    want = [list(b["keys"]) for b in make_loader(shards, 4, cache_dir=str(tmp_path / "a"), **kw)]
+    with monkeypatch.context() as m:
+        _no_parse(m)
+        url = f"s3://{s3_bucket}/side"
+        got = [list(b["keys"]) for b in make_loader(url, 4, cache_dir=str(tmp_path / "b"), **kw)]
+    assert got == want
+
+
+def test_a_rewrite_without_a_side_file_removes_the_old_one(tmp_path: Path, monkeypatch) -> None:
+    import wdstool.format.shard_table as shard_table
+
+    with monkeypatch.context() as m:
+        m.setattr(shard_table, "SIDE_MIN_SHARDS", 1)
+        shards = _packed(tmp_path)
+    assert (shards / SIDE_NAME).exists()
+    pack(str(tmp_path / "src"), str(shards), PackOptions(workers=1, max_count=4, overwrite=True))
+    assert not (shards / SIDE_NAME).exists()  # it would name the manifest it replaced
