@@ -3,7 +3,8 @@
     python bench/scale_bench.py [--repeats 3] [--sizes 8,9] [--ranks 4096,16384] [--out PATH]
 
 Manifests of 10^8 (100,000 shards x 1,000 samples, ~15 MB of ``index.json``) and 10^9 samples
-(1,000,000 shards, ~150 MB) are written once under ``--data`` (no shard exists: none is
+(1,000,000 shards, ~150 MB) are written once under ``--data`` as ``wdstool pack`` writes them,
+with the side file ``index.shards.npz``, and again without it (no shard exists: none is
 opened). Each figure is a fresh Python process that imports ``loaders``, then times
 ``make_loader(src, 64, num_workers=8, rank=R-1, world_size=R)`` + ``len(loader)``, the last
 rank of R, with ``cache_dir`` a folder of its own per manifest (the host's cache: the first
@@ -68,24 +69,30 @@ print(json.dumps(state))
 """
 
 
-def manifest(root: Path, exp: int) -> Path:
-    """``root/1eEXP/index.json``: 10^exp samples in shards of 1,000 (written once)."""
-    d = root / f"1e{exp}"
-    path = d / "index.json"
-    if path.exists():
-        return d
-    d.mkdir(parents=True, exist_ok=True)
+def manifest(root: Path, exp: int) -> tuple[Path, Path]:
+    """``root/1eEXP/``: 10^exp samples in shards of 1,000, ``index.json`` and the side file
+    ``index.shards.npz`` as ``wdstool pack`` writes them; ``root/1eEXP-manifest-only/``: the
+    same ``index.json`` alone (written once)."""
+    from wdstool.format.manifest import Manifest, ShardEntry
+    from wdstool.format.shard_table import SIDE_NAME, side_bytes
+
+    d, alone = root / f"1e{exp}", root / f"1e{exp}-manifest-only"
+    if (alone / "index.json").exists():
+        return d, alone
     n = 10**exp // 1000
-    shards = [
-        {"url": f"train-{i:07d}.tar", "nsamples": 1000, "filesize": 10**8, "sha256": f"{i:064x}"}
-        for i in range(n)
-    ]
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(
-        json.dumps({"__kind__": "wids-shard-index-v1", "wids_version": 1, "shardlist": shards})
+    m = Manifest(
+        shards=tuple(ShardEntry(f"train-{i:07d}.tar", 1000, 10**8, f"{i:064x}") for i in range(n)),
+        fingerprint=f"{exp:064x}",
+        name=f"scale-1e{exp}",
     )
-    tmp.rename(path)
-    return d
+    for folder in (d, alone):
+        folder.mkdir(parents=True, exist_ok=True)
+    side = side_bytes(m)
+    assert side is not None
+    (d / SIDE_NAME).write_bytes(side)
+    (d / "index.json").write_bytes(m.dumps())
+    (alone / "index.json").write_bytes((d / "index.json").read_bytes())
+    return d, alone
 
 
 def child(code: str, *args: str) -> str:
@@ -121,7 +128,7 @@ def main() -> None:
     dirs = {e: manifest(args.data, e) for e in sizes}
     rows = []
     storages: list[tuple[str, dict, dict]] = [
-        ("local disk", {}, {e: str(d) for e, d in dirs.items()})
+        ("local disk", {}, {e: (str(d), str(a)) for e, (d, a) in dirs.items()})
     ]
     s3 = None
     if not args.no_s3:
@@ -130,30 +137,34 @@ def main() -> None:
         s3 = LocalS3().__enter__()
         s3.make_bucket("scale")
         client = s3.client()
-        for e, d in dirs.items():
-            body = (d / "index.json").read_bytes()
-            client.put_object(Bucket="scale", Key=f"1e{e}/index.json", Body=body)
-        urls = {e: f"s3://scale/1e{e}" for e in sizes}
+        for d, a in dirs.values():
+            for folder in (d, a):
+                for f in folder.iterdir():
+                    body = f.read_bytes()
+                    client.put_object(Bucket="scale", Key=f"{folder.name}/{f.name}", Body=body)
+        urls = {e: (f"s3://scale/{d.name}", f"s3://scale/{a.name}") for e, (d, a) in dirs.items()}
         storages.append(("loopback S3", s3.storage_options, urls))
     try:
         for where, opts, urls in storages:
             for e in sizes:
+                side, alone = urls[e]
                 cache = args.data / "cache" / f"{where.split()[0]}-1e{e}"
-                shutil.rmtree(cache, ignore_errors=True)  # the host's first rank: none kept
-                r = measure(urls[e], ranks[-1], opts, cache, 1)
-                rows.append(
-                    {"where": where, "samples": e, "ranks": ranks[-1], "what": "first", **r}
-                )
-                print(where, f"1e{e}", "first rank of the host", r, flush=True)
+                for what, src in (("first-parse", alone), ("first-side", side)):
+                    shutil.rmtree(cache, ignore_errors=True)  # the host's first rank
+                    r = measure(src, ranks[-1], opts, cache, 1)
+                    rows.append(
+                        {"where": where, "samples": e, "ranks": ranks[-1], "what": what, **r}
+                    )
+                    print(where, f"1e{e}", what, r, flush=True)
                 for world in ranks:
-                    r = measure(urls[e], world, opts, cache, args.repeats)
+                    r = measure(side, world, opts, cache, args.repeats)
                     rows.append(
                         {"where": where, "samples": e, "ranks": world, "what": "fresh", **r}
                     )
                     print(where, f"1e{e}", world, r, flush=True)
                 if 16384 in ranks:
-                    state = child(STATE, urls[e], json.dumps(opts), str(cache))
-                    r = measure(urls[e], 12288, opts, cache, args.repeats, state)
+                    state = child(STATE, side, json.dumps(opts), str(cache))
+                    r = measure(side, 12288, opts, cache, args.repeats, state)
                     rows.append(
                         {"where": where, "samples": e, "ranks": 12288, "what": "elastic", **r}
                     )
@@ -183,7 +194,8 @@ def render(args: argparse.Namespace, rows: list[dict]) -> str:
     ]
     for r in rows:
         what = {
-            "first": "the host's first rank: parses the manifest, keeps its table",
+            "first-parse": "the host's first rank, no side file: parses the manifest",
+            "first-side": "the host's first rank: reads the side file pack writes, keeps it",
             "fresh": "a later rank: the kept table",
             "elastic": "elastic: a 16,384-rank state resumed (the kept table)",
         }[r["what"]]
