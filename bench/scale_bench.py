@@ -9,8 +9,8 @@ opened). Each figure is a fresh Python process that imports ``loaders``, then ti
 ``make_loader(src, 64, num_workers=8, rank=R-1, world_size=R)`` + ``len(loader)``, the last
 rank of R, with ``cache_dir`` a folder of its own per manifest (the host's cache: the first
 rank parses ``index.json`` and keeps its shard table there, the later ones map it), and
-reports its memory above ``import loaders`` (the peak resident set,
-``ru_maxrss``, less the resident set right after the import). ``elastic``: a state saved by a
+reports its memory above ``import loaders`` (the peak resident set, ``VmHWM``, less the resident
+set right after the import). ``elastic``: a state saved by a
 16,384-rank job half-way through its epoch, loaded by a rank of 12,288 (``load_state_dict`` + ``len``;
 the state is given, as a restarted rank reads it from its checkpoint). Each runs with the
 manifest on local disk and behind a loopback S3 server (moto's, on 127.0.0.1). Medians of
@@ -33,18 +33,19 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 CHILD = r"""
-import json, os, resource, sys, time, warnings
+import json, sys, time, warnings
 warnings.simplefilter("ignore")  # torch: 8 workers exceed this machine's cores
 import loaders
 from loaders import make_loader
 
-def rss_mb():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+def status_mb(field):  # VmRSS: now; VmHWM: the peak of this program (ru_maxrss can carry
+    with open("/proc/self/status") as f:  # its parent's peak across fork and exec)
+        line = next(x for x in f if x.startswith(field + ":"))
+    return int(line.split()[1]) / 1024
 
 src, world, opts, cache = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4]
 state = json.loads(sys.argv[5]) if len(sys.argv) > 5 else None
-base = rss_mb()
+base = status_mb("VmRSS")
 t0 = time.perf_counter()
 loader = make_loader(src, 64, num_workers=8, rank=world - 1, world_size=world,
                      storage_options=opts or None, cache_dir=cache)
@@ -52,7 +53,7 @@ if state is not None:
     loader.load_state_dict(state)
 n = len(loader)
 seconds = time.perf_counter() - t0
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+peak = status_mb("VmHWM")
 print(json.dumps({"seconds": seconds, "above_import_mb": peak - base, "len": n}))
 """
 
