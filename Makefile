@@ -56,7 +56,8 @@ system:
 # file. TEST_WORKERS=0 runs it in one process; the 30 slowest tests are listed at the end.
 # `make test` leaves out the tests marked `full` (pyproject.toml): the long system tests (Ray
 # clusters with nodes and workers killed, kill -9 at random moments, the Lightning, torchtnt and
-# Accelerate jobs, a sigkilled torchrun job resumed, a two-node torchrun job over S3, S3 faults
+# Accelerate jobs, a sigkilled torchrun job resumed, a two-node torchrun job over S3, the
+# 2-rank and timm-flag DDP jobs and the 3-rank exact top-1 beside their harder cases, S3 faults
 # on every other connection), a third of the suite's time, so that `make test` stays within 10
 # minutes on 2 cores; `make test-full` runs just them (CI runs both).
 TEST_WORKERS ?= 3

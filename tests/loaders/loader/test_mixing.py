@@ -252,6 +252,7 @@ def prime_val(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.full
 def test_exact_top1_over_three_ranks_equals_one_process(learnable_dataset, prime_val, tmp_path):
     from tests.support.torchrun import torchrun
 

@@ -16,7 +16,8 @@ from tests.support.torchrun import torchrun, torchrun_env, train_ddp_cmd
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("nproc", [2, 3])
+# 2 ranks: make test-full (3 ranks, with the exact validation, is the harder case)
+@pytest.mark.parametrize("nproc", [pytest.param(2, marks=pytest.mark.full), 3])
 def test_train_ddp_two_epochs(
     nproc: int, learnable_dataset: Path, uneven_dataset: Path, tmp_path: Path
 ) -> None:
@@ -86,6 +87,7 @@ def test_train_ddp_two_epochs(
         assert proc.stdout.count("val top-1") == 2
 
 
+@pytest.mark.full
 def test_train_ddp_with_timms_transform_flags(
     learnable_dataset: Path, uneven_dataset: Path, tmp_path: Path
 ) -> None:
