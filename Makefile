@@ -58,7 +58,8 @@ system:
 # clusters with nodes and workers killed, kill -9 at random moments, the Lightning, torchtnt and
 # Accelerate jobs, a sigkilled torchrun job resumed, a two-node torchrun job over S3, the
 # 2-rank and timm-flag DDP jobs and the 3-rank exact top-1 beside their harder cases, S3 faults
-# on every other connection), a third of the suite's time, so that `make test` stays within 10
+# on every other connection, reshard/split/append, a listing's pack and a killed pack on S3 (the
+# same on disk stays)), a third of the suite's time, so that `make test` stays within 10
 # minutes on 2 cores; `make test-full` runs just them (CI runs both).
 TEST_WORKERS ?= 3
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30

@@ -39,6 +39,7 @@ def _s3_env(s3_server) -> tuple[dict[str, str], list[str]]:
     return env, ["--endpoint-url", s3_server.endpoint_url]
 
 
+@pytest.mark.full
 def test_listing_on_s3_with_relative_paths_equals_the_local_pack(
     listed, tmp_path: Path, s3_server, s3_bucket: str
 ) -> None:

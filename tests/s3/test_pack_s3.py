@@ -81,6 +81,7 @@ def test_verify_on_s3_names_a_corrupt_shard(tree: Path, s3_server, s3_bucket: st
     assert r.stderr.count("\n") == 1 and "train-000001.tar" in r.stderr
 
 
+@pytest.mark.full
 def test_resume_after_kill_on_s3_reuses_uploaded_shards(
     tree: Path, local_ref: Path, s3_server, s3_bucket: str, tmp_path: Path
 ) -> None:

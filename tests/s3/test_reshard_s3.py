@@ -33,6 +33,7 @@ def _cli(s3_server, *args: str) -> dict:
     return json.loads(out.stdout)
 
 
+@pytest.mark.full
 def test_reshard_split_and_append_on_s3_match_the_same_on_disk(
     local: Path, tmp_path: Path, s3_server, s3_bucket: str
 ) -> None:
