@@ -63,10 +63,14 @@ system:
 # minutes on 2 cores; `make test-full` runs just them (CI runs both).
 TEST_WORKERS ?= 3
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30
-test: $(STAMP) system
+# The venv (pip, CPU) and the system libraries (apt, mostly the network) are set up side by side
+# on a first run: a minute less of waiting than one after the other.
+test:
+	@$(MAKE) --no-print-directory -j2 $(STAMP) system
 	$(PYTEST) -m "not full"
 
-test-full: $(STAMP) system
+test-full:
+	@$(MAKE) --no-print-directory -j2 $(STAMP) system
 	$(PYTEST) -m full
 
 # One room of the suite, a folder under tests/ named after the part of the library it tests
