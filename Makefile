@@ -20,12 +20,10 @@ BENCH_REPEATS ?= 3
 
 venv: $(STAMP)
 
-# --no-compile: Python compiles a module when it is first imported (a fraction of the packages
-# installed), where pip would compile all of them first (about a minute of CPU here).
 $(STAMP): pyproject.toml setup.py wdstool/format/_jpegcrop.c wdstool/format/_jpegtran.c wdstool/format/_jpegguard.h wdstool/format/_mapread.c loaders/recipe/_pilresample.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --no-compile $(TORCH_PINS) -e '.[dev,ray,parquet,lightning,accelerate,torchtnt,show,docs,monitor,video,text]'
+	$(PY) -m pip install --quiet $(TORCH_PINS) -e '.[dev,ray,parquet,lightning,accelerate,torchtnt,show,docs,monitor,video,text]'
 	touch $(STAMP)
 
 demo: $(STAMP)
