@@ -52,7 +52,7 @@ def cache_folder(cache_dir: str | os.PathLike[str] | None) -> Path:
 def kept_table(found: tuple[str, str], cache_dir: str | None) -> ShardTable | None:
     """The table kept for the manifest ``found`` = (URL, version: ``index_version``); None
     where there is none (then :func:`keep_table` may write it)."""
-    return load_table(cache_folder(cache_dir) / "tables" / table_key(*found))
+    return load_table(_tables(cache_dir) / table_key(*found))
 
 
 def _large(found: tuple[str, str]) -> bool:
@@ -77,9 +77,7 @@ def written_table(
         return None
     table = side_table(data, head) if head and data else None
     if table is not None:
-        tables = cache_folder(cache_dir) / "tables"
-        save_table(table, tables / table_key(*found))
-        _prune(tables)
+        _keep(table, found, cache_dir)
     return table
 
 
@@ -93,7 +91,7 @@ def parsing_lock(found: tuple[str, str], cache_dir: str | None) -> Iterator[None
     if not _large(found):
         yield
         return
-    tables = cache_folder(cache_dir) / "tables"
+    tables = _tables(cache_dir)
     try:
         tables.mkdir(parents=True, exist_ok=True)
         fd = os.open(tables / f"{table_key(*found)}.lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -123,7 +121,16 @@ def keep_table(
     table = table_of(manifest, identity)
     if table is None:
         return
-    tables = cache_folder(cache_dir) / "tables"
+    _keep(table, found, cache_dir)
+
+
+def _tables(cache_dir: str | None) -> Path:
+    return cache_folder(cache_dir) / "tables"
+
+
+def _keep(table: ShardTable, found: tuple[str, str], cache_dir: str | None) -> None:
+    """Save ``table`` as the manifest ``found``'s, then drop the least recent past ``KEEP``."""
+    tables = _tables(cache_dir)
     save_table(table, tables / table_key(*found))
     _prune(tables)
 

@@ -150,12 +150,14 @@ def load_table(folder: Path) -> ShardTable | None:
     except (OSError, ValueError):
         return None
     rows = meta.pop("rows", -1)
-    n = len(cols["nsamples"])
-    if rows != n or any(len(cols[c]) != n for c in ("filesize", "sha256", "name_ends")):
-        return None
-    if n and int(cols["name_ends"][-1]) != len(cols["names"]):
-        return None
-    return ShardTable(**cols, meta=meta)
+    return ShardTable(**cols, meta=meta) if _whole(cols, rows) else None
+
+
+def _whole(cols: dict[str, Any], rows: int) -> bool:
+    """Every column holds ``rows`` shards and the names end where the name buffer does."""
+    if any(len(cols[c]) != rows for c in ("nsamples", "filesize", "sha256", "name_ends")):
+        return False
+    return not rows or int(cols["name_ends"][-1]) == len(cols["names"])
 
 
 def side_bytes(manifest: Manifest) -> bytes | None:
@@ -205,12 +207,9 @@ def side_table(data: bytes, head: bytes) -> ShardTable | None:
         str(meta.get(k)) != v for k, v in facts.items()
     ):
         return None
-    n = len(cols["nsamples"])
-    if n != int(facts["num_shards"]) or int(cols["nsamples"].sum()) != int(facts["num_samples"]):
+    if not _whole(cols, int(facts["num_shards"])):
         return None
-    if any(len(cols[c]) != n for c in ("filesize", "sha256", "name_ends")) or (
-        n and int(cols["name_ends"][-1]) != len(cols["names"])
-    ):
+    if int(cols["nsamples"].sum()) != int(facts["num_samples"]):
         return None
     keep = {k: meta[k] for k in ("classes", "identity", "versions") if k in meta}
     return ShardTable(**cols, meta=keep)
