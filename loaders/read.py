@@ -19,6 +19,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from loaders.parquet_read import parquet_samples
+from loaders.parquet_source import ParquetIndex
 from loaders.plan import (
     Item,
     Mix,
@@ -143,6 +145,12 @@ def read_slices(
     extension is in ``lazy`` come as :class:`wdstool.format.mapped.MappedMember` from local
     shards (read out of a memory mapping when decoded; not held in private memory meanwhile)."""
     access = access or ShardAccess()
+    if isinstance(index, ParquetIndex):  # row groups: their columns by range, not a stream
+        for s, sample, why in parquet_samples(
+            slices, index, access, skip_damaged=skip_damaged, warned=warned
+        ):
+            yield Located(index.urls[s.shard], sample, s.source, s.rep, s.pad, why)
+        return
     slices = list(slices)
 
     def start_of(s: Slice) -> int | None:

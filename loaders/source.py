@@ -261,7 +261,8 @@ class Source:
     ``weight``: its relative share of each epoch (any positive number). ``label``, ``fields``,
     ``fields_fn`` and ``storage_options`` default to ``make_loader``'s arguments of the same
     name; set them here for a source whose samples look different (``label="json:class_id"``)
-    or that lives elsewhere (another S3 endpoint)."""
+    or that lives elsewhere (another S3 endpoint). ``image``: the image column of a Parquet
+    source, where its type does not say (a plain binary column beside others)."""
 
     url: str | os.PathLike[str]
     weight: float = 1.0
@@ -269,6 +270,7 @@ class Source:
     fields: Any = INHERIT
     fields_fn: Any = INHERIT
     storage_options: Any = INHERIT
+    image: str | None = None  # a Parquet source's image column (found by its type without it)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "url", os.fspath(self.url))

@@ -1,0 +1,262 @@
+"""Parquet files as a source of the plan: row groups as its units, counts from the footers.
+
+:func:`resolve_parquet` lists the files (:mod:`wdstool.format.parquet_files`), reads every
+footer (one ranged read a file, 16 at a time, kept per host by the file's version in the cache
+folder of :mod:`loaders.source_table`) and returns a :class:`ParquetIndex`: a
+:class:`loaders.source.DatasetIndex` whose units are the files' non-empty row groups (``URL#rg=G``),
+so the plan (exact epochs, equal batches, resume, mixtures) is the tars' own. Nothing but the
+footers is read before the first batch.
+
+:func:`parquet_schema` maps ``make_loader``'s schema onto the columns, at the call (errors name
+the file and its columns): the image column (found by type, or ``image=``), ``label=`` a column
+(the default ``"cls"`` takes the one ``ClassLabel`` column, whose names become the classes),
+``fields=`` columns (``{"caption": "text"}``; ``"meta:a.b"`` a path into a struct or JSON
+column). Only those columns' chunks are read (:func:`group_pieces`): ranged reads of the row
+group's column chunks, through the per-host cache where the loader has one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Any
+
+from loaders.cache import ShardCache
+from loaders.schema import SampleSchema
+from loaders.source import DatasetIndex, ShardAccess
+from loaders.source_table import cache_folder
+from wdstool.base.errors import ConfigError, ShardError
+from wdstool.base.objects import read_range
+from wdstool.base.remote import open_shard
+from wdstool.base.urls import is_remote, local_path
+from wdstool.format.fields import FieldSpec, Kind, LabelSpec
+from wdstool.format.parquet import (
+    Columns,
+    Footer,
+    columns_of,
+    group_spans,
+    read_footer,
+    same_columns,
+)
+from wdstool.format.parquet_files import ParquetObject, list_parquet
+
+log = logging.getLogger(__name__)
+FOOTER_THREADS = 16
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParquetIndex(DatasetIndex):
+    """A DatasetIndex over Parquet row groups: unit ``i`` is row group ``units[i][1]`` of file
+    ``units[i][0]``; ``image`` and ``reads`` are the columns read (set by
+    :func:`parquet_schema`), each other column a member under its own name."""
+
+    footers: tuple[Footer, ...] = ()
+    prefixes: tuple[str, ...] = ()
+    units: tuple[tuple[int, int], ...] = ()
+    columns: Columns | None = None
+    image: str | None = None
+    reads: tuple[str, ...] = ()
+
+    def where(self, unit: int) -> tuple[Footer, int]:
+        f, g = self.units[unit]
+        return self.footers[f], g
+
+    def leaves(self) -> list[str]:
+        assert self.columns is not None
+        names = ([self.image] if self.image else []) + list(self.reads)
+        return [leaf for n in names for leaf in self.columns.leaves(n)]
+
+
+def resolve_parquet(
+    source: str, storage_options: dict[str, Any] | None, access: ShardAccess | None = None
+) -> ParquetIndex:
+    """The :class:`ParquetIndex` of ``source``'s files (``#SPLIT`` keeps one split)."""
+    from wdstool.format.parquet import key_prefixes
+
+    objects = list_parquet(source, storage_options)
+    footers = footers_of(objects, storage_options, access.cache_dir if access else None)
+    columns = columns_of(footers[0])
+    for ft in footers[1:]:
+        same_columns(columns, columns_of(ft), ft.url)
+    units, urls, sizes = [], [], []
+    h = hashlib.sha256(b"parquet\0")
+    for i, ft in enumerate(footers):
+        rows = ft.group_rows
+        h.update(f"{ft.url}\0{ft.version or ft.size}\0{rows}\0".encode())
+        for g, n in enumerate(rows):
+            if n > 0:
+                units.append((i, g))
+                urls.append(f"{ft.url}#rg={g}")
+                sizes.append(n)
+    if not units:
+        raise ShardError(f"{source}: its Parquet files hold no rows")
+    return ParquetIndex(
+        urls=tuple(urls),
+        sizes=tuple(sizes),
+        identity=h.hexdigest(),
+        footers=tuple(footers),
+        prefixes=tuple(key_prefixes([ft.url for ft in footers])),
+        units=tuple(units),
+        columns=columns,
+    )
+
+
+def footers_of(
+    objects: list[ParquetObject], storage_options: dict[str, Any] | None, cache_dir: Any
+) -> list[Footer]:
+    """Every file's footer, read in parallel; kept per host by version where the file has one."""
+    kept = cache_folder(cache_dir) / "parquet-footers"
+
+    def one(obj: ParquetObject) -> Footer:
+        path = None
+        if obj.version is not None:
+            path = kept / hashlib.sha256(f"{obj.url}\0{obj.version}".encode()).hexdigest()
+            with contextlib.suppress(OSError):
+                return Footer(obj.url, obj.size, path.read_bytes(), obj.version)
+        ft = read_footer(
+            obj.url, obj.size, lambda a, b: _read(obj.url, storage_options, a, b), obj.version
+        )
+        if path is not None:
+            with contextlib.suppress(OSError):  # a cache that cannot be written is no error
+                kept.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(f".{os.getpid()}.part")
+                tmp.write_bytes(ft.tail)
+                os.replace(tmp, path)
+        return ft
+
+    if len(objects) == 1:
+        return [one(objects[0])]
+    with ThreadPoolExecutor(min(FOOTER_THREADS, len(objects))) as pool:
+        return list(pool.map(one, objects))
+
+
+def _read(url: str, storage_options: dict[str, Any] | None, start: int, end: int) -> bytes:
+    if is_remote(url):
+        return read_range(url, storage_options, start, end)
+    with open(local_path(url), "rb") as f:
+        f.seek(start)
+        return f.read(end - start)
+
+
+def parquet_schema(
+    index: ParquetIndex, schema: SampleSchema, image: str | None, where: str
+) -> tuple[ParquetIndex, SampleSchema]:
+    """``schema`` (make_loader's label and fields) mapped onto the columns: the index with the
+    columns to read, and the schema reading them. ConfigError naming ``where`` and the columns
+    for a column that is not there or cannot mean what it is asked to."""
+    cols = index.columns
+    assert cols is not None
+    if schema.videos or schema.numbered:
+        raise ConfigError(
+            f"{where}: a Parquet source holds one image a row: read it with the image kinds "
+            "(pack it for clips or interleaved samples)"
+        )
+    img = cols.image(image, where)
+    reads: list[str] = []
+    label = None
+    classes: tuple[str, ...] = ()
+    if schema.label is not None:
+        name = cols.label(schema.label.field.text, where)
+        label = LabelSpec(FieldSpec(name, Kind.BYTES, (), name))
+        classes = cols.classes.get(name, ())
+        reads.append(name)
+    fields = []
+    for key, spec in schema.fields:
+        name, _, path = spec.text.partition(":")
+        if name not in cols.kinds:
+            raise ConfigError(
+                f"{where}: fields[{key!r}]={spec.text!r}: no such column ({cols.describe()})"
+            )
+        kind = cols.kinds[name]
+        if path:
+            fkind = Kind.JSON
+        elif kind == "string":
+            fkind = Kind.TEXT
+        elif kind in ("binary", "image"):
+            fkind = Kind.BYTES
+        else:
+            fkind = Kind.JSON
+        fields.append(
+            (key, FieldSpec(name, fkind, tuple(path.split(".")) if path else (), spec.text))
+        )
+        if name not in reads and name != img:
+            reads.append(name)
+    if any(spec.ext == img for _k, spec in fields):
+        raise ConfigError(f"{where}: the image column {img!r} cannot be a field too")
+    new = replace(schema, label=label, fields=tuple(fields))
+    return replace(index, image=img, reads=tuple(reads), classes=classes), new
+
+
+# --- reading a row group's column chunks --------------------------------------------------------
+class _Span(io.RawIOBase):
+    """Bytes ``[start, end)`` of a remote file as a stream from 0 (what the cache tees)."""
+
+    def __init__(self, url: str, access: ShardAccess, start: int, end: int) -> None:
+        super().__init__()
+        self._f = open_shard(url, access.storage_options, retry=access.retry, limit=end)
+        self._f.seek(start)
+        self._start, self._pos, self._end = start, 0, end
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._pos = offset if whence == io.SEEK_SET else self._pos + offset
+        self._f.seek(self._start + self._pos)
+        return self._pos
+
+    def readinto(self, b: Any) -> int:
+        n = min(len(b), self._end - self._start - self._pos)
+        if n <= 0:
+            return 0
+        data = self._f.read(n)
+        b[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+    def close(self) -> None:
+        self._f.close()
+        super().close()
+
+
+def group_pieces(index: ParquetIndex, unit: int, access: ShardAccess) -> list[tuple[int, bytes]]:
+    """The column chunks of unit ``unit`` that its reads need: (offset, bytes) each, by ranged
+    reads (a local file by positioned reads; remote ones through the cache when there is one)."""
+    footer, group = index.where(unit)
+    spans = group_spans(footer, group, index.leaves())
+    url = footer.url
+    if not is_remote(url):
+        with open(local_path(url), "rb", buffering=0) as f:
+            return [(a, os.pread(f.fileno(), b - a, a)) for a, b in spans]
+    out = []
+    for a, b in spans:
+        if access.cache_dir is not None:
+            cache = ShardCache(access.cache_dir, access.cache_limit)
+            f = cache.open(
+                f"{url}#bytes={a}-{b}",
+                _Span(url, access, a, b),  # type: ignore[arg-type]
+                reopen=lambda a=a, b=b: _Span(url, access, a, b),  # type: ignore[misc]
+                version=footer.version,
+                size=b - a,
+            )
+        else:
+            f = io.BufferedReader(_Span(url, access, a, b), buffer_size=1 << 20)  # type: ignore[assignment]
+        with f:
+            data = f.read(b - a)
+        if len(data) != b - a:
+            raise ShardError(
+                f"{url}: ends before byte {b} (row group {group}); the footer says more"
+            )
+        out.append((a, data))
+    return out
+
+
+__all__ = ["ParquetIndex", "footers_of", "group_pieces", "parquet_schema", "resolve_parquet"]
