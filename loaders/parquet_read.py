@@ -47,7 +47,9 @@ def parquet_samples(
     def fill(upto: int) -> None:
         nonlocal nxt
         while nxt < min(upto, len(slices)):
-            ahead.append(pool.submit(group_pieces, index, slices[nxt].shard, access))
+            s = slices[nxt]
+            whole = s.start == 0 and s.stop == index.sizes[s.shard]
+            ahead.append(pool.submit(group_pieces, index, s.shard, access, whole=whole))
             nxt += 1
 
     try:

@@ -47,6 +47,7 @@ from wdstool.format.parquet_files import ParquetObject, list_parquet
 
 log = logging.getLogger(__name__)
 FOOTER_THREADS = 16
+SHARED_LIMIT = 1 << 30  # the host's cache of row groups split between readers, by default
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -227,24 +228,35 @@ class _Span(io.RawIOBase):
         super().close()
 
 
-def group_pieces(index: ParquetIndex, unit: int, access: ShardAccess) -> list[tuple[int, bytes]]:
+def group_pieces(
+    index: ParquetIndex, unit: int, access: ShardAccess, *, whole: bool = True
+) -> list[tuple[int, bytes]]:
     """The column chunks of unit ``unit`` that its reads need: (offset, bytes) each, by ranged
-    reads (a local file by positioned reads; remote ones through the cache when there is one)."""
+    reads (a local file by positioned reads). Remote chunks go through the loader's cache where
+    it has one; a row group the plan splits between workers (``whole=False``) goes through the
+    host's cache in any case (``SHARED_LIMIT`` bytes by default), so the workers and ranks of a
+    host that read parts of it download it once."""
     footer, group = index.where(unit)
     spans = group_spans(footer, group, index.leaves())
     url = footer.url
     if not is_remote(url):
         with open(local_path(url), "rb", buffering=0) as f:
             return [(a, os.pread(f.fileno(), b - a, a)) for a, b in spans]
+    cache = None
+    if access.cache_dir is not None:
+        cache = ShardCache(access.cache_dir, access.cache_limit)
+    elif not whole:
+        cache = ShardCache(cache_folder(None) / "parquet-chunks", SHARED_LIMIT)
+    # the footer's hash tells versions apart where the store gives no tag
+    version = footer.version or hashlib.sha256(footer.tail).hexdigest()
     out = []
     for a, b in spans:
-        if access.cache_dir is not None:
-            cache = ShardCache(access.cache_dir, access.cache_limit)
+        if cache is not None:
             f = cache.open(
                 f"{url}#bytes={a}-{b}",
                 _Span(url, access, a, b),  # type: ignore[arg-type]
                 reopen=lambda a=a, b=b: _Span(url, access, a, b),  # type: ignore[misc]
-                version=footer.version,
+                version=hashlib.sha256(version.encode()).hexdigest(),
                 size=b - a,
             )
         else:
@@ -253,7 +265,7 @@ def group_pieces(index: ParquetIndex, unit: int, access: ShardAccess) -> list[tu
             data = f.read(b - a)
         if len(data) != b - a:
             raise ShardError(
-                f"{url}: ends before byte {b} (row group {group}); the footer says more"
+                f"{url}: ends before byte {b} (row group {group}); its footer says more"
             )
         out.append((a, data))
     return out

@@ -9,7 +9,8 @@ Serves the files of a folder, by path, with what real servers do and do not do:
   validators, ``If-Match`` (412 when the file changed), HEAD;
 - ``token``: a bearer token the requests must carry (401 otherwise);
 - the Hugging Face Hub's layout on top (``/datasets/ORG/NAME/resolve/REV/PATH`` serves
-  ``PATH``), for hf:// URLs with ``HF_ENDPOINT`` pointed here;
+  ``PATH``; ``/api/datasets/ORG/NAME/tree/REV/PATH?recursive=true`` lists the files below
+  ``PATH``, paginated), for hf:// URLs with ``HF_ENDPOINT`` pointed here;
 - faults, one per request in order (``faults``): ``"drop:N"`` (send N body bytes, close),
   ``"stall:N"`` (send N body bytes, then hold the connection silent for ``stall_s``),
   ``"reset"`` (close without answering), ``"429"``/``"503"``/``"500"`` (answer that status);
@@ -45,6 +46,7 @@ from typing import Any
 
 HOST = "127.0.0.1"
 HUB = "/datasets/"
+HUB_API = "/api/datasets/"
 
 
 class _Server:
@@ -58,9 +60,11 @@ class _Server:
         stall_s: float = 3.0,
         port: int = 0,
         rate: float = 0.0,
+        tree_page: int = 1000,
     ) -> None:
         self.root = Path(root)
         self.rate = rate
+        self.tree_page = tree_page  # entries per page of the Hub's tree API
         self.ranges = ranges
         self.token = token
         self.faults = list(faults)
@@ -215,10 +219,48 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
+    def _tree(self) -> None:
+        """The Hub's tree API, ``/api/datasets/ORG/NAME/tree/REV[/PATH]?recursive=true``: the
+        served folder's files under PATH as JSON (path, size, oid), in pages of ``page``
+        entries linked by ``Link: <...>; rel="next"`` as the Hub does."""
+        path, _, query = self.path.partition("?")
+        parts = path[len(HUB_API) :].split("/", 4)
+        if len(parts) < 4 or parts[2] != "tree":
+            return self._error(404)
+        below = parts[4] if len(parts) > 4 else ""
+        root = self.server_owner.root.resolve()
+        folder = (root / below).resolve()
+        if not folder.is_dir() or (root not in folder.parents and folder != root):
+            return self._error(404, "Entry not found")
+        entries = [
+            {
+                "type": "file",
+                "path": str(p.relative_to(root)),
+                "size": p.stat().st_size,
+                "oid": etag_of(p).strip('"'),
+            }
+            for p in sorted(folder.rglob("*"))
+            if p.is_file()
+        ]
+        cursor = int(dict(q.split("=", 1) for q in query.split("&") if "=" in q).get("cursor", 0))
+        page = self.server_owner.tree_page
+        body = json.dumps(entries[cursor : cursor + page]).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        if cursor + page < len(entries):
+            link = f"{self.server_owner.url}{path}?recursive=true&cursor={cursor + page}"
+            self.send_header("Link", f'<{link}>; rel="next"')
+        self.end_headers()
+        self.wfile.write(body)
+        return None
+
     def _serve(self, body: bool) -> None:
         owner = self.server_owner
         owner.requests.append((self.command, self.path, self.headers.get("Range", "")))
         owner._thawed.wait()
+        if self.path.startswith(HUB_API):
+            return self._tree()
         fault = owner._take_fault()
         if fault == "reset":
             owner.injected[fault] += 1

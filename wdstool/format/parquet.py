@@ -29,7 +29,10 @@ from typing import Any
 from wdstool.base.errors import ConfigError, ShardError
 from wdstool.format.images import kind
 
-TAIL = 64 << 10  # bytes read at a file's end for its footer: the Hub's footers are 5-40 KB
+# bytes read at a file's end for its footer: a 32nd of the file, between 8 and 64 KB (a second
+# read where the footer is longer); a footer grows with the row groups and columns
+TAIL = 64 << 10
+MIN_TAIL = 8 << 10
 # pyarrow reads up to 100 bytes past a column chunk's compressed size (PARQUET-816's padding
 # for old writers); a span asked for carries that much more
 PAD = 128
@@ -79,7 +82,7 @@ def read_footer(url: str, size: int, read: ReadSpan, version: str | None = None)
     a second where the footer is longer. ShardError naming the file where it is no Parquet."""
     if size < 12:
         raise ShardError(f"{url}: not a Parquet file ({size} bytes)")
-    data = read(max(0, size - TAIL), size)
+    data = read(max(0, size - min(TAIL, max(MIN_TAIL, size // 32))), size)
     if len(data) < 8 or data[-4:] != MAGIC:
         raise ShardError(f"{url}: not a Parquet file (no PAR1 at its end)")
     n = int.from_bytes(data[-8:-4], "little")
