@@ -88,8 +88,8 @@ def read_footer(url: str, size: int, read: ReadSpan, version: str | None = None)
     n = int.from_bytes(data[-8:-4], "little")
     if n + 12 > size:
         raise ShardError(f"{url}: damaged Parquet footer (length {n} for {size} bytes)")
-    if n + 8 > len(data):
-        data = read(size - n - 8, size)
+    if n + 8 > len(data):  # only the part of the footer not read yet
+        data = read(size - n - 8, size - len(data)) + data
     return Footer(url, size, bytes(data[-(n + 8) :]), version)
 
 
