@@ -102,7 +102,10 @@ def make_loader(
         source: an index.json path/URL, a folder or prefix holding one, a folder or prefix of
             ``.tar`` shards without one, a brace pattern of shard URLs
             (``data/train-{000000..000099}.tar``; counts then come from a header-only scan),
-            or a list of :class:`loaders.Source` (a weighted mixture, docs/guides/mixtures.md).
+            Parquet files read in place (a ``.parquet`` file, folder, glob or brace pattern,
+            ``hf://datasets/ORG/NAME``; ``#SPLIT`` keeps a split; row groups as the plan's
+            units, docs/guides/parquet.md), or a list of :class:`loaders.Source` (a weighted
+            mixture, docs/guides/mixtures.md).
         batch_size: samples per batch on this rank.
         label: ``"cls"`` (the ``.cls`` member, an int), ``"json:a.b"`` (an int at that key
             path of the ``.json``) or ``None`` (batches have no ``labels``).

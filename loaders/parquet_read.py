@@ -20,7 +20,8 @@ from loaders.plan import Slice
 from loaders.source import ShardAccess
 from wdstool.base import counters
 from wdstool.base.errors import ShardError, StorageError, WdsToolError
-from wdstool.format.parquet import read_group, row_key, rows_of
+from wdstool.format.parquet import read_group
+from wdstool.format.parquet_rows import row_key, rows_of
 from wdstool.format.shard_formats import Sample
 
 log = logging.getLogger(__name__)

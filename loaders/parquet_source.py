@@ -44,6 +44,7 @@ from wdstool.format.parquet import (
     same_columns,
 )
 from wdstool.format.parquet_files import ParquetObject, list_parquet
+from wdstool.format.parquet_rows import key_prefixes
 
 log = logging.getLogger(__name__)
 FOOTER_THREADS = 16
@@ -77,8 +78,6 @@ def resolve_parquet(
     source: str, storage_options: dict[str, Any] | None, access: ShardAccess | None = None
 ) -> ParquetIndex:
     """The :class:`ParquetIndex` of ``source``'s files (``#SPLIT`` keeps one split)."""
-    from wdstool.format.parquet import key_prefixes
-
     objects = list_parquet(source, storage_options)
     footers = footers_of(objects, storage_options, access.cache_dir if access else None)
     columns = columns_of(footers[0])
