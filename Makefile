@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 DEMO_DIR ?= build/demo
 DEMO_IMAGES ?= 2000
 
-.PHONY: venv system demo test test-full test-room docs lint format bench bench-fields bench-large bench-restart bench-video bench-peers bench-peers-recipe bench-reshard bench-packing bench-vlm bench-scale faults mutants clean
+.PHONY: venv system demo test test-full test-room docs lint format bench bench-fields bench-large bench-restart bench-video bench-peers bench-peers-recipe bench-reshard bench-packing bench-vlm bench-scale bench-parquet faults mutants clean
 BENCH_DATA ?= bench/data
 BENCH_IMAGES ?= 10000
 BENCH_WORKERS ?= 1,2
@@ -232,6 +232,18 @@ bench-restart: $(STAMP)
 bench-scale: $(STAMP)
 	mkdir -p bench/results
 	$(PY) bench/scale_bench.py --out bench/results/scale.md
+
+# Parquet read in place (bench/parquet_bench.py): a Hub-layout split written by `datasets` from
+# 2,000 of the bench JPEGs (bench/data/parquet/), streamed by wdstool, HF datasets streaming and
+# litdata's ParquetLoader (.venv-peers), and the same rows as tars; on disk and loopback HTTP,
+# interleaved rounds. PARQUET_ROWS, PARQUET_ROUNDS set the size.
+PARQUET_ROWS ?= 2000
+PARQUET_ROUNDS ?= 3
+bench-parquet: $(STAMP) $(PEERS_STAMP)
+	test -d $(BENCH_DATA)/images || $(PY) -m wdstool sample-data $(BENCH_DATA)/images --images $(BENCH_IMAGES) --classes 100 --seed 0
+	mkdir -p bench/results
+	$(PY) bench/parquet_bench.py $(BENCH_DATA) --rows $(PARQUET_ROWS) --rounds $(PARQUET_ROUNDS) \
+		--litdata-python $(PEERS_PY) --out bench/results/parquet.md
 
 # Packing samples of images and text into sequences of 4,096 tokens (bench/packing_bench.py):
 # first-fit against best-fit at windows of 4 to unbounded open sequences, on a modelled LLaVA-like

@@ -27,7 +27,7 @@ import logging
 import os
 import threading
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from wdstool.base import counters
 from wdstool.base.errors import ShardError, StorageError
@@ -79,7 +79,7 @@ def hf_url(url: str) -> str:
     org, name, path = parts
     name, _, revision = name.partition("@")
     endpoint = os.environ.get("HF_ENDPOINT", HF_DEFAULT_ENDPOINT).rstrip("/")
-    rev = quote(revision or "main", safe="")
+    rev = quote(unquote(revision or "main"), safe="")  # refs%2Fconvert%2Fparquet as refs/...
     return f"{endpoint}/{kind}{org}/{name}/resolve/{rev}/{quote(path)}"
 
 

@@ -26,7 +26,7 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import braceexpand
 
@@ -218,7 +218,7 @@ def _hub_files(url: str, storage_options: dict[str, Any] | None) -> list[Parquet
     )
     endpoint = os.environ.get("HF_ENDPOINT", HF_DEFAULT_ENDPOINT).rstrip("/")
     api: str | None = (
-        f"{endpoint}/api/datasets/{org}/{name}/tree/{quote(rev, safe='')}"
+        f"{endpoint}/api/datasets/{org}/{name}/tree/{quote(unquote(rev), safe='')}"
         + (f"/{quote(folder)}" if folder else "")
         + "?recursive=true"
     )
