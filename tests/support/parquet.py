@@ -22,9 +22,15 @@ def hub_split(
     group: int = 100,
     seed: int = 0,
     size: tuple[int, int] = (64, 48),
+    text_bytes: int = 0,
 ) -> list[dict]:
+    """``text_bytes``: that many random letters more in each text (a column as large as the
+    images, that a reader asked for images and labels must not fetch)."""
+    import random
+
     import datasets
 
+    rng = random.Random(seed)
     features = datasets.Features(
         {
             "image": datasets.Image(),
@@ -38,7 +44,10 @@ def hub_split(
         name = f"{split}-{k:05d}-of-{files:05d}"
         images = [jpeg_bytes(seed * 100_003 + k * 1009 + i, size) for i in range(rows)]
         labels = [(k * rows + i) % len(CLASSES) for i in range(rows)]
-        texts = [f"{split} {k} row {i}" for i in range(rows)]
+        texts = [
+            f"{split} {k} row {i} " + "".join(rng.choices("abcdefghij", k=text_bytes))
+            for i in range(rows)
+        ]
         datasets.Dataset.from_dict(
             {"image": [{"bytes": b, "path": None} for b in images], "label": labels, "text": texts},
             features=features,

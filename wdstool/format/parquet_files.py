@@ -86,16 +86,20 @@ def is_parquet_source(source: str) -> bool:
 
 
 def parquet_in(folder: str, storage_options: dict[str, Any] | None) -> bool:
-    """Are there ``.parquet`` files in a local folder (not below it)? A folder with neither a
-    manifest nor tar shards is tried as Parquet where this holds."""
+    """Are there ``.parquet`` files in a folder or prefix, or one or two levels below it (the
+    Hub's conversion: ``default/train/0000.parquet``)? A folder with neither a manifest nor
+    tar shards is read as Parquet where this holds."""
+    patterns = ("/*", "/*/*", "/*/*/*")
     if is_remote(folder):
         try:
             fs, path = filesystem(folder, storage_options)
-            return bool(fs.glob(path.rstrip("/") + "/*" + SUFFIX))
+            return any(fs.glob(path.rstrip("/") + p + SUFFIX) for p in patterns)
         except Exception:
             return False
+    import glob
+
     path = local_path(folder)
-    return os.path.isdir(path) and any(n.endswith(SUFFIX) for n in os.listdir(path))
+    return os.path.isdir(path) and any(glob.glob(path.rstrip("/") + p + SUFFIX) for p in patterns)
 
 
 def list_parquet(

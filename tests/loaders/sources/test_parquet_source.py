@@ -43,7 +43,9 @@ def _epoch(loader, epoch=0):
 def _by_key(batches) -> dict[str, torch.Tensor]:
     out = {}
     for b in batches:
-        for k, v, px in zip(b["keys"], b.get("valid", [True] * len(b["keys"])), b["pixel_values"], strict=True):
+        for k, v, px in zip(
+            b["keys"], b.get("valid", [True] * len(b["keys"])), b["pixel_values"], strict=True
+        ):
             if v:
                 out[k] = px.clone()
     return out
@@ -65,7 +67,9 @@ def test_several_splits_need_one_named_and_columns_are_checked_at_the_call(hub) 
     with pytest.raises(ShardError, match=r"splits test, train: name one"):
         _loader(f"{root}/data")
     assert len(_loader(f"{root}/data/test-*.parquet", batch=8)) == 40 // 8
-    with pytest.raises(ConfigError, match=r"label='nope': no such integer column \(image \(Image\)"):
+    with pytest.raises(
+        ConfigError, match=r"label='nope': no such integer column \(image \(Image\)"
+    ):
         _loader(f"{root}/data#train", label="nope")
     with pytest.raises(ConfigError, match=r"label='text' is a string column"):
         _loader(f"{root}/data#train", label="text")
@@ -97,7 +101,10 @@ def test_pixels_equal_the_same_rows_packed_to_tars(hub, tmp_path: Path) -> None:
         path = tmp_path / f"shard-{s // 64:03d}.tar"
         path.write_bytes(
             build_tar(
-                [(r["key"], {"jpg": r["image"], "cls": b"%d" % r["label"]}) for r in rows[s : s + 64]]
+                [
+                    (r["key"], {"jpg": r["image"], "cls": b"%d" % r["label"]})
+                    for r in rows[s : s + 64]
+                ]
             )
         )
         shards.append(path)
@@ -192,34 +199,41 @@ def test_hub_over_http_fetches_footers_then_only_the_columns_asked_for(tmp_path,
     worker's first and the two it fetches ahead; unshuffled: a shuffled stream reads its first
     block of 100 rows first); over the epoch of both ranks: the image and label chunks once
     (the text column never), each footer once."""
-    rows = hub_split(tmp_path, "train", files=4, rows=100, group=10)
+    rows = hub_split(tmp_path, "train", files=4, rows=100, group=10, text_bytes=1500)
     files = sorted((tmp_path / "data").glob("train-*.parquet"))
-    asked, groups = 0, []
+    asked, groups, text = 0, [], 0
     for f in files:
         md = pq.ParquetFile(f).metadata
         for g in range(md.num_row_groups):
             cols = [md.row_group(g).column(j) for j in range(md.row_group(g).num_columns)]
             n = sum(c.total_compressed_size for c in cols if c.path_in_schema != "text")
+            text += sum(c.total_compressed_size for c in cols if c.path_in_schema == "text")
             asked += n
             groups.append(n)
-    assert len(groups) == 40
+    assert len(groups) == 40 and text > 0.2 * asked  # a text column worth not reading
     with WebServer(tmp_path) as srv:
         monkeypatch.setenv("HF_ENDPOINT", srv.url)
         src = "hf://datasets/someone/pets#train"
         args = {"batch": 4, "num_workers": 2, "world_size": 2, "prefetch_factor": 1}
-        args["shuffle"] = False
-        loader = _loader(src, rank=0, **args)
+        loader = _loader(src, rank=0, shuffle=False, **args)
         footers = srv.total_sent(".parquet")
         assert footers <= sum(max(8 << 10, f.stat().st_size // 32, _footer_len(f)) for f in files)
         it = iter(loader)
-        next(it)
+        keys = list(next(it)["keys"])
         first = srv.total_sent(".parquet") - footers
         assert max(groups) <= first <= 2 * 3 * max(groups) * 1.01
-        keys = [k for b in it for k in b["keys"]]
-        keys += [k for b in _epoch(_loader(src, rank=1, **args)) for k in b["keys"]]
+        keys += [k for b in it for k in b["keys"]]
+        keys += [k for b in _epoch(_loader(src, rank=1, shuffle=False, **args)) for k in b["keys"]]
         epoch = srv.total_sent(".parquet") - footers  # rank 1 found the footers kept
         assert asked <= epoch <= 1.05 * asked, (epoch, asked)
-        assert len(set(keys) | {r["key"] for r in rows}) == 400
+        assert sorted(keys) == sorted(r["key"] for r in rows)
+        # shuffled, batches of 12 on 2 ranks x 2 workers: row groups split between workers
+        # (one download per host) and between ranks
+        before = srv.total_sent(".parquet")
+        args = {**args, "batch": 12}
+        for rank in range(2):
+            _epoch(_loader(src, rank=rank, **args), 3)
+        assert srv.total_sent(".parquet") - before <= 1.05 * asked
 
 
 def test_https_brace_pattern_and_s3(hub, s3_server, s3_bucket) -> None:
@@ -248,3 +262,57 @@ def test_footers_are_read_once_per_host(hub, tmp_path: Path) -> None:
         _loader("hf://datasets/someone/pets#train")
         assert srv.total_sent(".parquet") == first  # the listing's versions find them kept
         assert len(os.listdir(tmp_path / "cache" / "parquet-footers")) == 4
+
+
+def test_cache_dir_keeps_the_chunks_and_dropped_connections_are_resumed(hub, tmp_path) -> None:
+    """With ``cache_dir`` a second epoch fetches nothing; a server that cuts bodies and answers
+    503 costs retries, not rows: the same keys and pixels as on disk."""
+    root, rows = hub
+    ref = _by_key(_epoch(_loader(f"{root}/data#train", num_workers=2), 1))
+    faults = ["drop:3000", "503", "drop:70000", "reset"] * 3
+    with WebServer(root, faults=faults) as srv:
+        url = f"{srv.url}/data/train-{{00000..00003}}-of-00004.parquet"
+        loader = _loader(url, num_workers=2, cache_dir=tmp_path / "cache")
+        got = _by_key(_epoch(loader, 1))
+        assert srv.injected["drop"] and srv.injected["503"]
+        assert got.keys() == ref.keys() and all(torch.equal(got[k], ref[k]) for k in ref)
+        sent = srv.total_sent(".parquet")
+        again = _by_key(_epoch(loader, 1))
+        assert srv.total_sent(".parquet") == sent  # every chunk from the host's cache
+        assert all(torch.equal(again[k], ref[k]) for k in ref)
+
+
+def test_a_binary_image_column_named_and_the_hubs_conversion_layout(tmp_path, monkeypatch):
+    """Plain binary columns (no ``Image`` feature): two of them need ``image=``; the Hub's
+    Parquet conversion (``refs/convert/parquet``: ``default/train/0000.parquet``) by split."""
+    import pyarrow as pa
+
+    from tests.conftest import jpeg_bytes
+
+    for split, n in (("train", 30), ("test", 10)):
+        table = pa.table(
+            {
+                "jpg": [jpeg_bytes(i) for i in range(n)],
+                "thumb": [jpeg_bytes(i, (16, 16)) for i in range(n)],
+                "cls": pa.array([i % 4 for i in range(n)], pa.int32()),
+            }
+        )
+        (tmp_path / "default" / split).mkdir(parents=True)
+        pq.write_table(table, tmp_path / "default" / split / "0000.parquet", row_group_size=8)
+    with pytest.raises(ConfigError, match=r"several image columns \(jpg, thumb\)"):
+        _loader(f"{tmp_path}/default#train")
+    loader = _loader([Source(f"{tmp_path}/default#train", image="thumb")], shuffle=False)
+    batches = _epoch(loader)
+    assert [int(x) for b in batches for x in b["labels"]] == [i % 4 for i in range(30)]
+    # a key is the file's path below the listed files' common folder, then the row
+    assert batches[0]["keys"][:2] == ["0000-000000", "0000-000001"]
+    with WebServer(tmp_path) as srv:
+        monkeypatch.setenv("HF_ENDPOINT", srv.url)
+        hub_loader = _loader(
+            [Source("hf://datasets/o/n@refs%2Fconvert%2Fparquet/default#test", image="jpg")]
+        )
+        assert len(hub_loader) == 10 // 8 + 1
+        assert sorted(k for b in _epoch(hub_loader) for k in b["keys"]) == [
+            f"0000-{i:06d}" for i in range(10)
+        ]
+        assert any("refs%2Fconvert%2Fparquet" in p for _m, p, _r in srv.requests)
