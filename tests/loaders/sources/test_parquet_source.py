@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from loaders import Source, make_loader
-from tests.support.parquet import CLASSES, hub_split
+from tests.support.parquet import hub_split
 from tests.support.tars import build_tar
 from tests.support.webserver import WebServer
 from wdstool.base.errors import ConfigError, ShardError
@@ -267,7 +267,7 @@ def test_footers_are_read_once_per_host(hub, tmp_path: Path) -> None:
 def test_cache_dir_keeps_the_chunks_and_dropped_connections_are_resumed(hub, tmp_path) -> None:
     """With ``cache_dir`` a second epoch fetches nothing; a server that cuts bodies and answers
     503 costs retries, not rows: the same keys and pixels as on disk."""
-    root, rows = hub
+    root, _rows = hub
     ref = _by_key(_epoch(_loader(f"{root}/data#train", num_workers=2), 1))
     faults = ["drop:3000", "503", "drop:70000", "reset"] * 3
     with WebServer(root, faults=faults) as srv:
