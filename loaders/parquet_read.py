@@ -20,12 +20,15 @@ from loaders.plan import Slice
 from loaders.source import ShardAccess
 from wdstool.base import counters
 from wdstool.base.errors import ShardError, StorageError, WdsToolError
-from wdstool.format.parquet import read_group
+from wdstool.format.parquet import group_spans, read_group
 from wdstool.format.parquet_rows import row_key, rows_of
 from wdstool.format.shard_formats import Sample
 
 log = logging.getLogger(__name__)
-AHEAD = 2  # row groups fetched ahead of the one being decoded
+# row groups fetched ahead of the one being decoded: up to AHEAD, while they hold at most
+# AHEAD_BYTES (one at least): the Hub's row groups of 100 rows run from 5 to 100 MB
+AHEAD = 2
+AHEAD_BYTES = 64 << 20
 
 
 def parquet_samples(
@@ -44,10 +47,23 @@ def parquet_samples(
     pool = ThreadPoolExecutor(1, thread_name_prefix="parquet-ahead")
     ahead: deque[Future[list[tuple[int, bytes]]]] = deque()
     nxt = 0
+    sizes: dict[int, int] = {}
 
-    def fill(upto: int) -> None:
+    def size(unit: int) -> int:
+        if unit not in sizes:
+            footer, group = index.where(unit)
+            sizes[unit] = sum(b - a for a, b in group_spans(footer, group, leaves))
+        return sizes[unit]
+
+    def fill(pos: int) -> None:
         nonlocal nxt
-        while nxt < min(upto, len(slices)):
+        while nxt < len(slices) and (
+            nxt <= pos + 1
+            or (
+                nxt <= pos + AHEAD
+                and sum(size(x.shard) for x in slices[pos + 1 : nxt + 1]) <= AHEAD_BYTES
+            )
+        ):
             s = slices[nxt]
             whole = s.start == 0 and s.stop == index.sizes[s.shard]
             ahead.append(pool.submit(group_pieces, index, s.shard, access, whole=whole))
@@ -55,7 +71,7 @@ def parquet_samples(
 
     try:
         for pos, s in enumerate(slices):
-            fill(pos + 1 + AHEAD)
+            fill(pos)
             future = ahead.popleft()
             footer, group = index.where(s.shard)
             f = index.units[s.shard][0]
