@@ -18,12 +18,18 @@ group's column chunks, through the per-host cache where the loader has one.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import fcntl
 import hashlib
 import io
+import json
 import logging
 import os
+import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from loaders.cache import ShardCache
@@ -48,6 +54,9 @@ from wdstool.format.parquet_rows import key_prefixes
 
 log = logging.getLogger(__name__)
 FOOTER_THREADS = 16
+# a remote listing is kept this long for the host's other ranks (they start together and wait
+# on the lock); short, as a file replaced meanwhile would be read with its old footer
+LISTING_TTL = 30.0
 SHARED_LIMIT = 1 << 30  # the host's cache of row groups split between readers, by default
 
 
@@ -78,8 +87,12 @@ def resolve_parquet(
     source: str, storage_options: dict[str, Any] | None, access: ShardAccess | None = None
 ) -> ParquetIndex:
     """The :class:`ParquetIndex` of ``source``'s files (``#SPLIT`` keeps one split)."""
-    objects = list_parquet(source, storage_options)
-    footers = footers_of(objects, storage_options, access.cache_dir if access else None)
+    cache_dir = access.cache_dir if access else None
+    with _host_lock(source, storage_options, cache_dir) as kept:
+        objects, listed = _listing(source, storage_options, kept)
+        footers = footers_of(objects, storage_options, cache_dir)
+        if listed:
+            _keep_listing(objects, kept)
     columns = columns_of(footers[0])
     for ft in footers[1:]:
         same_columns(columns, columns_of(ft), ft.url)
@@ -104,6 +117,55 @@ def resolve_parquet(
         units=tuple(units),
         columns=columns,
     )
+
+
+@contextlib.contextmanager
+def _host_lock(
+    source: str, storage_options: dict[str, Any] | None, cache_dir: Any
+) -> Iterator[Path | None]:
+    """Held by one process of the host while it lists a remote source and reads its footers:
+    the host's other ranks wait, then take the listing it kept (``LISTING_TTL`` seconds)
+    and the footers it kept, so a node of eight ranks asks the Hub's API once, not eight
+    times. Yields where the listing is kept (None: a local source, or no writable cache)."""
+    if not is_remote(source):
+        yield None
+        return
+    folder = cache_folder(cache_dir) / "parquet-listings"
+    options = json.dumps(storage_options or {}, sort_keys=True, default=str)
+    key = hashlib.sha256(f"{source}\0{options}".encode()).hexdigest()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield None
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield folder / key
+    finally:
+        os.close(fd)
+
+
+def _listing(
+    source: str, storage_options: dict[str, Any] | None, kept: Path | None
+) -> tuple[list[ParquetObject], bool]:
+    """The source's files, and whether they were listed now: the host's listing where another
+    rank made it under ``LISTING_TTL`` seconds ago, else a new one."""
+    if kept is not None:
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            if time.time() - kept.stat().st_mtime < LISTING_TTL:
+                return [ParquetObject(**o) for o in json.loads(kept.read_text())], False
+    return list_parquet(source, storage_options), True
+
+
+def _keep_listing(objects: list[ParquetObject], kept: Path | None) -> None:
+    """Keep a listing for the host's other ranks (written once its footers are read: the ranks
+    waiting on the lock find it fresh)."""
+    if kept is not None:
+        with contextlib.suppress(OSError):
+            tmp = kept.with_suffix(f".{os.getpid()}.part")
+            tmp.write_text(json.dumps([dataclasses.asdict(o) for o in objects]))
+            os.replace(tmp, kept)
 
 
 def footers_of(

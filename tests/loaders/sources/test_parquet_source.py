@@ -251,7 +251,7 @@ def test_https_brace_pattern_and_s3(hub, s3_server, s3_bucket) -> None:
     assert [k for b in _epoch(loader) for k in b["keys"]] == [r["key"] for r in rows]
 
 
-def test_footers_are_read_once_per_host(hub, tmp_path: Path) -> None:
+def test_the_listing_and_footers_are_read_once_per_host(hub, tmp_path: Path) -> None:
     root, _ = hub
     with WebServer(root) as srv, pytest.MonkeyPatch.context() as mp:
         mp.setenv("HF_ENDPOINT", srv.url)
@@ -259,9 +259,16 @@ def test_footers_are_read_once_per_host(hub, tmp_path: Path) -> None:
         _loader("hf://datasets/someone/pets#train")
         first = srv.total_sent(".parquet")
         assert first > 0
-        _loader("hf://datasets/someone/pets#train")
-        assert srv.total_sent(".parquet") == first  # the listing's versions find them kept
+        asked = len(srv.requests)
+        _loader("hf://datasets/someone/pets#train")  # another rank of the host
+        assert len(srv.requests) == asked  # the listing and the footers it kept
         assert len(os.listdir(tmp_path / "cache" / "parquet-footers")) == 4
+        mp.setattr("loaders.parquet_source.LISTING_TTL", 0.0)  # a later run lists again...
+        _loader("hf://datasets/someone/pets#train")
+        assert [p for _m, p, _r in srv.requests[asked:]] == [
+            "/api/datasets/someone/pets/tree/main?recursive=true"
+        ]
+        assert srv.total_sent(".parquet") == first  # ...and finds the footers kept by version
 
 
 def test_cache_dir_keeps_the_chunks_and_dropped_connections_are_resumed(hub, tmp_path) -> None:
