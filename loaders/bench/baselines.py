@@ -21,13 +21,20 @@ from __future__ import annotations
 import multiprocessing as mp
 import random
 import time
+from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import torch
 
-from loaders.source import DatasetIndex
+from loaders.parquet_read import parquet_samples
+from loaders.parquet_source import ParquetIndex
+from loaders.plan import Slice
+from loaders.source import DatasetIndex, ShardAccess
 from wdstool.base.remote import open_shard
 from wdstool.format.tar_read import TarSampleReader
+
+IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
 
 
 def classic_train_transform(image_size: int) -> Any:
@@ -146,6 +153,25 @@ class _FastAugment:
         return train_sample(data, self.image_size, self.rng, scaled=self.scaled)  # as the loader
 
 
+def samples_of(index: DatasetIndex, storage_options: dict | None) -> Iterator[dict[str, bytes]]:
+    """Every sample's members, in order: tar shards read through, or Parquet files' row groups
+    (their image column only)."""
+    if isinstance(index, ParquetIndex):
+        assert index.columns is not None
+        image = index.columns.image(index.image, index.urls[0].split("#")[0])
+        only = replace(index, image=image, reads=())
+        slices = [Slice(u, 0, n) for u, n in enumerate(index.sizes)]
+        access = ShardAccess(storage_options=storage_options)
+        for _s, sample, _why in parquet_samples(slices, only, access):
+            if sample is not None:
+                yield sample.parts
+        return
+    for url in index.urls:
+        with open_shard(url, storage_options) as f:
+            for s in TarSampleReader(f, url):
+                yield s.parts
+
+
 def _ceiling_worker(
     args: tuple[list[bytes], Any, bool, bool, bool, bool, int, Any],
 ) -> tuple[int, float]:
@@ -198,16 +224,10 @@ def ceiling(
     recipe = build_recipe(transform, train=train, image_size=image_size, output=output)
     partial = PARTIAL_DECODE if partial is None else partial
     images: list[bytes] = []
-    for url in index.urls:
-        with open_shard(url, storage_options) as f:
-            for s in TarSampleReader(f, url):
-                data = next(
-                    (v for k, v in s.parts.items() if k in ("jpg", "jpeg", "png", "webp")), None
-                )
-                if data is not None:
-                    images.append(data)
-                if max_samples and len(images) >= max_samples:
-                    break
+    for parts in samples_of(index, storage_options):
+        data = next((v for k, v in parts.items() if k in IMAGE_EXTS), None)
+        if data is not None:
+            images.append(data)
         if max_samples and len(images) >= max_samples:
             break
     n = max(1, processes)

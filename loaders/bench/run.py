@@ -20,9 +20,11 @@ from loaders.bench.measure import RunResult, measure
 from loaders.bench.summary import summarize
 from loaders.bench.tokenize import Tokenize
 from loaders.make import make_loader
+from loaders.mixing import resolve_any
+from loaders.parquet_source import ParquetIndex
 from loaders.recipe import DEFAULT_SIZE
-from loaders.source import Source, resolve_source
-from wdstool.base.errors import WdsToolError
+from loaders.source import DatasetIndex, Source
+from wdstool.base.errors import ConfigError, WdsToolError
 from wdstool.format.decode import PARTIAL_DECODE
 
 
@@ -69,7 +71,12 @@ def run_stream_bench(
 ) -> dict[str, Any]:
     """Every run of the benchmark, the pairwise ratios, ceiling, efficiency and a recommendation.
     Ctrl-C stops early and returns what was measured (``interrupted: true``)."""
-    index = resolve_source(cfg.source, cfg.setting("storage_options"))
+    index = resolve_any(cfg.source, cfg.setting("storage_options"))
+    if isinstance(index, ParquetIndex) and (cfg.webdataset or cfg.webdataset_fast):
+        raise ConfigError(
+            f"{cfg.source}: Parquet files; the webdataset baselines read tar shards (compare "
+            "with imagefolder=PATH, plain, threads or exact)"
+        )
     runs: list[RunResult] = []
     ceilings: dict[int, dict[str, float]] = {}
     interrupted = False
@@ -183,16 +190,19 @@ def run_stream_bench(
                     ceilings[w]["whole_image_samples_per_s"] = whole["samples_per_s"]
     except KeyboardInterrupt:
         interrupted = True
-    avg_bytes = _avg_bytes(cfg)
+    avg_bytes = _avg_bytes(cfg, index)
     for r in runs:  # every pipeline reads the same samples: compressed MB/s from the manifest
         r.mb_per_s = r.samples_per_s * avg_bytes / 1e6
     return summarize(cfg, runs, ceilings, interrupted, avg_bytes)
 
 
-def _avg_bytes(cfg: BenchConfig) -> float:
-    """Average compressed bytes per sample (from the manifest's shard sizes)."""
+def _avg_bytes(cfg: BenchConfig, index: DatasetIndex) -> float:
+    """Average compressed bytes per sample (from the manifest's shard sizes; Parquet files:
+    theirs over their rows, from the footers)."""
     from wdstool.format.manifest import load_manifest
 
+    if isinstance(index, ParquetIndex):
+        return sum(ft.size for ft in index.footers) / max(1, index.num_samples)
     try:
         manifest, _ = load_manifest(cfg.source, cfg.setting("storage_options"))
         return manifest.total_bytes / max(1, manifest.num_samples)

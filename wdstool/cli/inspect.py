@@ -35,13 +35,27 @@ def inspect_cmd(
     images their images (in all, and per sample: min, mean, max) and characters of text, and
     its versions when something was appended to it (pack/reshard --append).
 
-    SOURCE is a folder or prefix holding index.json, or the manifest's own path/URL.
+    SOURCE is a folder or prefix holding index.json, or the manifest's own path/URL. It may
+    also name Parquet files as make_loader reads them (a .parquet file, a folder or glob of
+    them, s3://..., an https brace pattern, hf://datasets/ORG/NAME, with #SPLIT): then their
+    files, row groups, rows, columns (kinds and feature types), image and label columns,
+    class names and bytes, from the footers alone.
     """
     from shard_writer import inspect_dataset
+    from shard_writer.parquet_check import inspect_parquet
+    from wdstool.format.row_groups import parquet_or
 
-    info = inspect_dataset(source, nkeys=nkeys, storage_options=storage_options)
+    info = parquet_or(
+        source,
+        storage_options,
+        lambda: inspect_dataset(source, nkeys=nkeys, storage_options=storage_options),
+        lambda: inspect_parquet(source, nkeys=nkeys, storage_options=storage_options),
+    )
     if as_json:
         emit_json(info)
+        return
+    if info.get("format") == "parquet":
+        _echo_parquet(info)
         return
     click.echo(f"dataset   {info['manifest']}")
     click.echo(
@@ -81,6 +95,40 @@ def inspect_cmd(
         )
     if len(info["shards"]) > 5:
         click.echo(f"  ... {len(info['shards']) - 5} more shards")
+    if info["sample_keys"]:
+        click.echo("first keys: " + ", ".join(info["sample_keys"]))
+
+
+def _echo_parquet(info: dict[str, Any]) -> None:
+    click.echo(f"dataset   {info['source']}  (Parquet)")
+    click.echo(
+        f"files     {info['num_files']}  ({info['num_row_groups']} row groups, rows per group: "
+        f"min {info['min_rows']}, max {info['max_rows']})"
+    )
+    click.echo(f"samples   {info['num_samples']} rows")
+    click.echo(f"bytes     {format_size(info['total_bytes'])}")
+    for c in info["columns"]:
+        role = {info["image_column"]: "  <- image", info["label_column"]: "  <- label"}
+        feature = c["feature"] if c["feature"] not in (None, "Value") else None
+        kind = f"{feature} ({c['kind']})" if feature else c["kind"]
+        click.echo(
+            f"column    {c['name']}: {kind}, {format_size(c['bytes'])}{role.get(c['name'], '')}"
+        )
+    if info["image_column"] is None:
+        click.echo("image     no image column found (name one: Source(url, image=COLUMN))")
+    classes = info["classes"]
+    if classes:
+        click.echo(
+            f"classes   {len(classes)}: {', '.join(classes[:10])}"
+            + (" ..." if len(classes) > 10 else "")
+        )
+    for f in info["files"][:5]:
+        click.echo(
+            f"  {f['url']}  {f['rows']} rows  {f['row_groups']} row groups  "
+            f"{format_size(f['bytes'])}"
+        )
+    if len(info["files"]) > 5:
+        click.echo(f"  ... {len(info['files']) - 5} more files")
     if info["sample_keys"]:
         click.echo("first keys: " + ", ".join(info["sample_keys"]))
 
@@ -125,11 +173,18 @@ def verify_cmd(
     Samples that carry different member sets (some with KEY.txt, some without: other tools'
     shards) are a warning on stderr naming the first such sample; readers that take their
     columns from the first samples (Hugging Face datasets) would drop those members.
+    Parquet files (SOURCE as inspect takes them): every row group's image column (and label
+    column) is read by range and decoded by pyarrow; each must hold the rows its footer says,
+    every image must be a known format whose header parses and that is not cut short (with
+    --decode: that decodes), every label one of the ClassLabel names. Each damaged row group
+    is named on stderr (file and row group), all of them; then the run fails.
     """
     from tqdm import tqdm
 
     from shard_writer import UnsafeMember, verify_dataset
+    from shard_writer.parquet_check import DamagedRowGroups, verify_parquet
     from wdstool.base.errors import UnsafeMembersError
+    from wdstool.format.row_groups import parquet_or
 
     def on_unsafe(problem: UnsafeMember) -> None:
         level = "Warning" if allow_unsafe_names else "Error"
@@ -143,16 +198,31 @@ def verify_cmd(
         file=sys.stderr,
         desc="verify",
     )
+
+    def on_damaged(line: str) -> None:
+        tqdm.write(f"Error: {line}", file=sys.stderr)
+
     try:
-        report = verify_dataset(
+        report = parquet_or(
             source,
-            decode=decode,
-            allow_unsafe_names=allow_unsafe_names,
-            on_bytes=bar.update,
-            on_unsafe=on_unsafe,
-            storage_options=storage_options,
+            storage_options,
+            lambda: verify_dataset(
+                source,
+                decode=decode,
+                allow_unsafe_names=allow_unsafe_names,
+                on_bytes=bar.update,
+                on_unsafe=on_unsafe,
+                storage_options=storage_options,
+            ),
+            lambda: verify_parquet(
+                source,
+                decode=decode,
+                on_bytes=bar.update,
+                on_damaged=on_damaged,
+                storage_options=storage_options,
+            ),
         )
-    except UnsafeMembersError as exc:
+    except (UnsafeMembersError, DamagedRowGroups) as exc:
         if as_json:
             emit_json(exc.report)
         raise
@@ -162,6 +232,14 @@ def verify_cmd(
         click.echo(f"Warning: {warning}", err=True)
     if as_json:
         emit_json(report)
+    elif report.get("format") == "parquet":
+        click.echo(
+            f"ok: {report['num_files']} files, {report['num_row_groups']} row groups, "
+            f"{report['num_samples']} rows, image column {report['image_column']!r}"
+            + (f", label column {report['label_column']!r}" if report["label_column"] else "")
+            + f"; {format_size(report['total_bytes'])} of files, "
+            f"{format_size(report['bytes_read'])} read" + (" (images decoded)" if decode else "")
+        )
     else:
         unsafe = len(report["unsafe_members"])
         videos = report["num_videos"]

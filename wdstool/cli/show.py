@@ -129,6 +129,12 @@ def show_cmd(
     Only the manifest and the drawn samples are read (ranged reads on S3): a large data set
     costs what is shown, not what it holds.
 
+    Parquet files too (a .parquet file, a folder or glob of them, s3://, an https brace
+    pattern, hf://datasets/ORG/NAME, with #SPLIT): their footers, then only the row groups of
+    the rows drawn (their image, label and shown columns, by range). The label is the
+    ClassLabel column (or --label COLUMN), the fields every other column holding no bytes (or
+    --field NAME=COLUMN).
+
     \b
     The report (--out DIR) has:
       - a contact sheet: each sample's image, key, label (class name), caption or --field

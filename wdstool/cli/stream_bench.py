@@ -228,6 +228,10 @@ def stream_bench_cmd(
     Reports samples/s, MB/s (compressed), time to first batch, per-batch wait percentiles and
     spikes, idle share under a simulated step, CPU use and peak RSS, against baselines and the
     machine's decode+augment ceiling. Runs are interleaved and repeated; ratios are pairwise.
+
+    SOURCE is anything make_loader reads, Parquet files too (a .parquet file, folder or glob,
+    s3://, an https brace pattern, hf://datasets/ORG/NAME#SPLIT); the webdataset baselines
+    need tar shards.
     """
     from tqdm import tqdm
 

@@ -60,21 +60,23 @@ def _bars(ax, names: Sequence[str], counts: Sequence[int], xlabel: str) -> None:
 def shards_chart(stats: dict[str, Any]) -> bytes:
     """Samples and megabytes per shard (bars by shard, or histograms for many shards)."""
     each = stats["shards"]["each"]
+    parquet = stats["dataset"].get("format") == "parquet"
+    unit, order = ("file", "by URL") if parquet else ("shard", "manifest order")
     with_samples = stats["shards"]["samples"] is not None
     fig = _figure(3.4 if with_samples else 2.4)
     axes = fig.subplots(2 if with_samples else 1, 1, squeeze=False)[:, 0]
     series = [("megabytes", [s["bytes"] / 1e6 for s in each])]
     if with_samples:
-        series.insert(0, ("samples", [s["samples"] for s in each]))
+        series.insert(0, ("rows" if parquet else "samples", [s["samples"] for s in each]))
     for ax, (what, values) in zip(axes, series, strict=True):
         if len(each) <= SHARD_BARS:
             ax.bar(range(len(values)), values, color=COLOR)
-            ax.set_xlabel("shard (manifest order)")
+            ax.set_xlabel(f"{unit} ({order})")
             ax.set_ylabel(what)
         else:
             ax.hist(values, bins=40, color=COLOR)
-            ax.set_xlabel(f"{what} per shard")
-            ax.set_ylabel("shards")
+            ax.set_xlabel(f"{what} per {unit}")
+            ax.set_ylabel(f"{unit}s")
     return _svg(fig)
 
 

@@ -75,13 +75,14 @@ class Facts:
     """One sample as the statistics count it."""
 
     shard: int
-    offset: int  # of its first tar header in the shard
-    nbytes: int  # its members in the tar: headers, data and padding
+    offset: int  # of its first tar header in the shard (a Parquet row: its row in the file)
+    nbytes: int  # its members in the tar: headers, data and padding (a row: its values)
     key: str
-    exts: tuple[str, ...]  # every member's extension, in tar order
+    exts: tuple[str, ...]  # every member's extension, in tar order (a row: its columns read)
     label: int | None
     image: ImageFacts | None
     video: VideoFacts | None = None
+    row_group: int | None = None  # a Parquet row's row group (None: a tar sample)
 
 
 @dataclass(frozen=True, kw_only=True)

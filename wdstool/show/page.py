@@ -21,6 +21,12 @@ CHART_TITLES = {
 }
 
 
+PARQUET_TITLES = {
+    "shards": "Rows and bytes per file (Parquet footers)",
+    "members": "Columns read per row",
+}
+
+
 def _n(v: float | int | None) -> str:
     if v is None:
         return "—"
@@ -70,6 +76,13 @@ def _full(n: int, files: dict[str, bytes]) -> str | None:
     return next((p for p in files if p.startswith(names)), None)
 
 
+def _where(url: str, f) -> str:
+    """Where a sample is: its shard and offset, or a Parquet row's file, row and row group."""
+    if f.row_group is not None:
+        return f"{shard_name(url)} row {f.offset:,} (row group {f.row_group}) · {'+'.join(f.exts)}"
+    return f"{shard_name(url)} @ {f.offset:,} · {'+'.join(f.exts)}"
+
+
 def _tile(s, files: dict[str, bytes]) -> dict[str, Any]:
     f = s.picked.facts
     meta = s.meta
@@ -92,7 +105,7 @@ def _tile(s, files: dict[str, bytes]) -> dict[str, Any]:
         else image_text(f.image)
         if video is None
         else video_text(video),
-        "shard": f"{shard_name(s.picked.url)} @ {f.offset:,} · {'+'.join(f.exts)}",
+        "shard": _where(s.picked.url, f),
         "problems": [*meta.problems, *([s.problem] if s.problem else [])],
     }
 
@@ -182,11 +195,23 @@ def _facts(ds, stats) -> list[tuple[str, str]]:
     if ds.name:
         facts.append(("name", ds.name))
     samples = "unknown (no manifest)" if d["samples"] is None else _n(d["samples"])
-    facts += [
-        ("shards", _n(d["shards"])),
-        ("samples", samples),
-        ("bytes", format_size(d["bytes"])),
-    ]
+    pq = ds.parquet
+    if pq is not None:
+        facts += [
+            ("Parquet files", _n(d["shards"])),
+            ("row groups", _n(pq.row_groups)),
+            ("rows", samples),
+            ("bytes", format_size(d["bytes"])),
+            ("columns", pq.columns),
+            ("image column", pq.image),
+            ("label column", pq.label or "none"),
+        ]
+    else:
+        facts += [
+            ("shards", _n(d["shards"])),
+            ("samples", samples),
+            ("bytes", format_size(d["bytes"])),
+        ]
     if ds.classes:
         shown = ", ".join(printable_name(c) for c in ds.classes[:12])
         more = f" … ({len(ds.classes)} in all)" if len(ds.classes) > 12 else ""
@@ -202,12 +227,26 @@ def page_context(
     """The template's variables (``pictured``: the shown samples with a picture, for whom
     ``views`` were made)."""
     walked = len(drawn.facts) - len(shown)
+    parquet = ds.parquet is not None
     how = (
         "Every sample of the data set."
         if drawn.every_sample
+        else f"{len(shown)} rows drawn with seed {config.seed} (every row equally likely), in "
+        "file order."
+        if parquet
         else f"{len(shown)} samples drawn with seed {config.seed} (a sample's chance is its "
         "share of the shard's bytes), in shard order."
     )
+    about = (
+        "Files, rows and bytes per file come from the Parquet footers (the whole data set); "
+        f"the rest from {len(drawn.facts)} rows: the {len(shown)} shown and {walked} more "
+        "from the row groups read for them."
+        if parquet
+        else "Shards, samples and bytes per shard come from the manifest (the whole data set); "
+        f"the rest from {len(drawn.facts)} samples: the {len(shown)} shown and {walked} more "
+        "whose headers were read after them."
+    )
+    titles = {**CHART_TITLES, **(PARQUET_TITLES if parquet else {})}
     return {
         "title": ds.name or ds.source,
         "summary": f"{len(shown)} samples of {ds.source}",
@@ -216,11 +255,9 @@ def page_context(
         "tiles": [_tile(s, files) for s in shown],
         "videos": any(s.video is not None for s in shown),
         "views": _views(views, pictured, files, config.seed),
-        "stats_about": "Shards, samples and bytes per shard come from the manifest (the whole "
-        f"data set); the rest from {len(drawn.facts)} samples: the {len(shown)} shown and "
-        f"{walked} more whose headers were read after them.",
+        "stats_about": about,
         "charts": [
-            {"id": name, "title": CHART_TITLES[name], "svg": f"charts/{name}.svg"}
+            {"id": name, "title": titles[name], "svg": f"charts/{name}.svg"}
             | dict(zip(("headers", "rows"), _table(name, stats), strict=True))
             for name in CHART_ORDER
             if name in charts

@@ -18,6 +18,7 @@ import numpy as np
 
 from wdstool import __version__
 from wdstool.base.errors import ConfigError, DestinationError, SampleError
+from wdstool.format.fields import FieldSpec, LabelSpec
 from wdstool.format.images import kind
 from wdstool.format.interleaved import is_interleaved
 from wdstool.format.tar_safety import printable_name
@@ -35,10 +36,10 @@ from wdstool.show.facts import (
     read_meta,
 )
 from wdstool.show.page import page_context
+from wdstool.show.parquet_draw import draw_rows, open_source
 from wdstool.show.ranged import ReadCounter
 from wdstool.show.report_folder import check_out_dir, render_html, write_report
 from wdstool.show.show_config import ShowConfig
-from wdstool.show.source import open_dataset
 from wdstool.show.stats import shard_name, statistics
 from wdstool.show.walk import Picked, Wanted
 
@@ -99,35 +100,53 @@ def build_report(
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Read the manifest of ``source`` and the samples ``config`` draws (nothing else), then
-    write ``out_dir`` (a report folder) and/or ``png`` (the contact sheet); return the numbers."""
+    write ``out_dir`` (a report folder) and/or ``png`` (the contact sheet); return the numbers.
+    Parquet files (:mod:`wdstool.show.parquet_draw`): their footers, and the row groups of
+    the rows drawn."""
     if out_dir is not None:
         check_out_dir(out_dir)
     if png is not None and not os.path.isdir(os.path.dirname(os.path.abspath(png))):
         raise DestinationError(f"{png}: its folder does not exist")
     columns = config.columns() if out_dir is not None else ()
-    ds = open_dataset(source, storage_options)
+    ds, rows = open_source(source, config, storage_options)
 
     planned = min(config.samples, ds.num_samples or config.samples)
     pictures = out_dir is not None or png is not None
     steps = _Steps(progress, planned * (1 + pictures + len(columns)) + 1)
     counter = ReadCounter()
-    wanted = Wanted(
-        exts=frozenset(spec.ext for _, spec in config.field_specs)
-        | ({config.label_spec.ext} if config.label_spec else set()),
-        label=config.label_spec,
-    )
-    drawn = draw(
-        ds,
-        samples=config.samples,
-        seed=config.seed,
-        header_samples=config.walks[0],
-        walk_share=config.walks[1],
-        wanted=wanted,
-        counter=counter,
-        storage_options=storage_options,
-        progress=steps,
-    )
-    shown = [_show(n, p, config, ds.classes, pictures, steps) for n, p in enumerate(drawn.picked)]
+    if rows is None:
+        label, fields = config.label_spec, config.field_specs
+        wanted = Wanted(
+            exts=frozenset(spec.ext for _, spec in fields) | ({label.ext} if label else set()),
+            label=label,
+        )
+        drawn = draw(
+            ds,
+            samples=config.samples,
+            seed=config.seed,
+            header_samples=config.walks[0],
+            walk_share=config.walks[1],
+            wanted=wanted,
+            counter=counter,
+            storage_options=storage_options,
+            progress=steps,
+        )
+    else:  # Parquet: the columns the config names, as the rows' members
+        label, fields = rows.label, rows.fields
+        drawn = draw_rows(
+            ds,
+            rows,
+            samples=config.samples,
+            seed=config.seed,
+            header_samples=config.walks[0],
+            counter=counter,
+            storage_options=storage_options,
+            progress=steps,
+        )
+    shown = [
+        _show(n, p, (label, fields), ds.classes, pictures, steps)
+        for n, p in enumerate(drawn.picked)
+    ]
     stats = statistics(ds, drawn.facts)
     views = None
     # what the image loader can decode
@@ -169,9 +188,14 @@ def _ext(s: Shown) -> str:
 
 
 def _show(
-    n: int, p: Picked, config: ShowConfig, classes: tuple[str, ...], pictures: bool, steps
+    n: int,
+    p: Picked,
+    read: tuple[LabelSpec | None, tuple[tuple[str, FieldSpec], ...]],
+    classes: tuple[str, ...],
+    pictures: bool,
+    steps,
 ) -> Shown:
-    meta = read_meta(p.parts, config.label_spec, config.field_specs, classes)
+    meta = read_meta(p.parts, *read, classes)
     if is_interleaved(p.parts):
         shown = _show_doc(n, p, meta, pictures)
         if pictures:
@@ -298,6 +322,11 @@ def _summary(ds, config, drawn, shown, stats, views, counter, out_dir, png) -> d
                 "key": s.picked.facts.key,
                 "shard": shard_name(s.picked.url),
                 "offset": s.picked.facts.offset,
+                **(
+                    {}
+                    if s.picked.facts.row_group is None
+                    else {"row": s.picked.facts.offset, "row_group": s.picked.facts.row_group}
+                ),
                 "bytes": s.picked.facts.nbytes,
                 "members": list(s.picked.facts.exts),
                 "label": s.meta.label,
@@ -316,7 +345,7 @@ def _summary(ds, config, drawn, shown, stats, views, counter, out_dir, png) -> d
         else {"columns": [c.title for c in views.columns], "stand_ins": list(views.stand_ins)},
         "reads": {
             "bytes": counter.bytes + ds.manifest_bytes,
-            "requests": counter.requests + (1 if ds.manifest_url else 0),
+            "requests": counter.requests + ds.index_requests,
             "manifest_bytes": ds.manifest_bytes,
             "shown_bytes": shown_bytes,
             "ratio": round(

@@ -39,8 +39,23 @@ class ShardInfo:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ParquetFacts:
+    """What a Parquet source's footers say besides its files (:mod:`wdstool.show.parquet_draw`):
+    its row groups, columns (each with its type), the image and label columns, and the
+    requests that read the footers."""
+
+    row_groups: int
+    columns: str
+    image: str
+    label: str | None
+    footer_requests: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class DataSet:
-    """A data set's shards and what its manifest says; ``manifest_bytes`` were read for it."""
+    """A data set's shards and what its manifest says; ``manifest_bytes`` were read for it.
+    Parquet files are its shards (``nsamples``: their rows), their footers its manifest
+    (``parquet``)."""
 
     source: str
     shards: tuple[ShardInfo, ...]
@@ -49,6 +64,7 @@ class DataSet:
     name: str = ""
     manifest_url: str | None = None
     manifest_bytes: int = 0
+    parquet: ParquetFacts | None = None
 
     @property
     def num_samples(self) -> int | None:
@@ -58,6 +74,13 @@ class DataSet:
     @property
     def total_bytes(self) -> int:
         return sum(s.filesize for s in self.shards)
+
+    @property
+    def index_requests(self) -> int:
+        """Requests that read what it says about itself (its manifest, or its footers)."""
+        if self.parquet is not None:
+            return self.parquet.footer_requests
+        return 1 if self.manifest_url else 0
 
 
 def open_dataset(source: str, storage_options: dict[str, Any] | None = None) -> DataSet:

@@ -39,6 +39,7 @@ def statistics(ds: DataSet, facts: Sequence[Facts]) -> dict[str, Any]:
     return {
         "dataset": {
             "source": ds.source,
+            "format": "tar" if ds.parquet is None else "parquet",
             "manifest": ds.manifest_url,
             "name": ds.name,
             "shards": len(ds.shards),
