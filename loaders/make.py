@@ -233,6 +233,7 @@ def make_loader(
         fields_fn=fields_fn,
         access=access,
         skip_damaged=batch.on_error == "skip",
+        one_image=sample is None,  # clips and interleaved samples read members Parquet has not
     )
     fetched = counters.take()
     config = LoaderConfig(

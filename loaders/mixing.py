@@ -19,7 +19,8 @@ from loaders.parquet_source import ParquetIndex, parquet_schema, resolve_parquet
 from loaders.schema import FieldsFn, SampleSchema
 from loaders.source import DatasetIndex, ShardAccess, Source, resolve_source
 from wdstool.base.errors import ConfigError, WdsToolError
-from wdstool.format.parquet_files import is_parquet_source, parquet_in, split_source
+from wdstool.format.parquet_files import is_parquet_source
+from wdstool.format.row_groups import parquet_or
 
 SourceArg = str | os.PathLike[str] | Source | Sequence[Source]
 
@@ -32,18 +33,18 @@ def loader_sources(
     fields_fn: FieldsFn | None,
     access: ShardAccess,
     skip_damaged: bool = False,
+    one_image: bool = True,
 ) -> tuple[list[LoaderSource], bool]:
     """The resolved sources, and whether batches say which source each sample came from (they
     do when ``source`` is a list or a :class:`Source`); a source's own ``storage_options``
     replace ``access``'s."""
     storage_options = access.storage_options
     if isinstance(source, str | os.PathLike):
-        schema = SampleSchema.build(label, fields, fields_fn)
         url = os.fspath(source)
-        index = resolve_any(url, storage_options, access, skip_damaged)
-        index, schema = _parquet_columns(index, schema, None, url)
-        if not isinstance(index, ParquetIndex):  # its columns were checked
-            check_label(index, schema, access)
+        index, schema = _resolved(
+            url, storage_options, access, skip_damaged, (label, fields, fields_fn, None), url
+        )
+        _one_image(index, one_image, url)
         return [LoaderSource(url, index, access, schema)], False
     listed = [source] if isinstance(source, Source) else list(source)
     if not listed:
@@ -55,25 +56,23 @@ def loader_sources(
                 f"source[{n}] is a {type(src).__name__}; a mixture is a list of "
                 "loaders.Source(url, weight=...)"
             )
-        schema = SampleSchema.build(
-            src.get("label", label), src.get("fields", fields), src.get("fields_fn", fields_fn)
-        )
         options = src.get("storage_options", storage_options)
         src_access = access if options is storage_options else _with_options(access, options)
+        args = (src.get("label", label), src.get("fields", fields), src.get("fields_fn", fields_fn))
+        where = f"source[{n}] {src.url}"
         try:
-            index = resolve_any(src.url, options, src_access, skip_damaged)
-            index, schema = _parquet_columns(index, schema, src.image, f"source[{n}] {src.url}")
-        except ConfigError:
-            raise
-        except WdsToolError as exc:
-            raise ConfigError(f"source[{n}] {src.url}: {exc.message}") from None
-        if index.num_samples <= 0:
-            raise ConfigError(f"source[{n}] {src.url}: no samples (weight {src.weight})")
-        try:
-            if not isinstance(index, ParquetIndex):
-                check_label(index, schema, src_access)
+            index, schema = _resolved(
+                src.url, options, src_access, skip_damaged, (*args, src.image), where
+            )
         except ConfigError as exc:
-            raise ConfigError(f"source[{n}] {exc.message}") from None
+            raise ConfigError(
+                exc.message if exc.message.startswith("source[") else f"source[{n}] {exc.message}"
+            ) from None
+        except WdsToolError as exc:
+            raise ConfigError(f"{where}: {exc.message}") from None
+        if index.num_samples <= 0:
+            raise ConfigError(f"{where}: no samples (weight {src.weight})")
+        _one_image(index, one_image, where)
         out.append(LoaderSource(src.url, index, src_access, schema, float(src.weight)))
     return out, True
 
@@ -87,26 +86,46 @@ def resolve_any(
     """A source's index: Parquet files (a ``.parquet`` file, glob or pattern, a Hub data set, a
     folder holding Parquet files and no shards) as a :class:`ParquetIndex` of row groups,
     anything else as :func:`loaders.source.resolve_source` resolves it."""
-    if is_parquet_source(url):
-        return resolve_parquet(url, storage_options, access)
-    try:
-        return resolve_source(url, storage_options, access=access, skip_damaged=skip_damaged)
-    except WdsToolError:
-        if parquet_in(split_source(url)[0], storage_options):
-            return resolve_parquet(url, storage_options, access)
-        raise
+    return parquet_or(
+        url,
+        storage_options,
+        tar=lambda: resolve_source(url, storage_options, access=access, skip_damaged=skip_damaged),
+        parquet=lambda: resolve_parquet(url, storage_options, access),
+    )
 
 
-def _parquet_columns(
-    index: DatasetIndex, schema: SampleSchema, image: str | None, where: str
+def _resolved(
+    url: str,
+    storage_options: dict[str, Any] | None,
+    access: ShardAccess,
+    skip_damaged: bool,
+    schema_args: tuple[Any, Any, Any, str | None],
+    where: str,
 ) -> tuple[DatasetIndex, SampleSchema]:
+    """A source's index and schema: for tar shards, make_loader's arguments checked before any
+    read and the label against the source; for Parquet, the arguments on its columns."""
+    label, fields, fields_fn, image = schema_args
+    schema = None
+    if not is_parquet_source(url):  # errors in the arguments before any I/O
+        schema = SampleSchema.build(label, fields, fields_fn)
+    index = resolve_any(url, storage_options, access, skip_damaged)
     if isinstance(index, ParquetIndex):
-        return parquet_schema(index, schema, image, where)
+        return parquet_schema(index, label, fields, fields_fn, image, where)
     if image is not None:
         raise ConfigError(
             f"{where}: image={image!r} names a Parquet column; this is no Parquet source"
         )
+    assert schema is not None
+    check_label(index, schema, access)
     return index, schema
+
+
+def _one_image(index: DatasetIndex, one_image: bool, where: str) -> None:
+    if isinstance(index, ParquetIndex) and not one_image:
+        raise ConfigError(
+            f"{where}: a Parquet source holds one image a row: read it with the image kinds "
+            "(clips and interleaved samples need their members packed: `wdstool pack`)"
+        )
 
 
 def _with_options(access: ShardAccess, options: dict[str, Any] | None) -> ShardAccess:

@@ -7,7 +7,7 @@ folder of :mod:`loaders.source_table`) and returns a :class:`ParquetIndex`: a
 so the plan (exact epochs, equal batches, resume, mixtures) is the tars' own. Nothing but the
 footers is read before the first batch.
 
-:func:`parquet_schema` maps ``make_loader``'s schema onto the columns, at the call (errors name
+:func:`parquet_schema` maps ``make_loader``'s label and fields onto the columns, at the call (errors name
 the file and its columns): the image column (found by type, or ``image=``), ``label=`` a column
 (the default ``"cls"`` takes the one ``ClassLabel`` column, whose names become the classes),
 ``fields=`` columns (``{"caption": "text"}``; ``"meta:a.b"`` a path into a struct or JSON
@@ -26,34 +26,28 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from loaders.cache import ShardCache
-from loaders.schema import SampleSchema
+from loaders.schema import FieldsFn, SampleSchema
 from loaders.source import DatasetIndex, ShardAccess
 from loaders.source_table import cache_folder
 from wdstool.base.errors import ConfigError, ShardError
-from wdstool.base.objects import read_range
 from wdstool.base.remote import open_shard
 from wdstool.base.urls import is_remote, local_path
 from wdstool.format.fields import FieldSpec, Kind, LabelSpec
 from wdstool.format.parquet import (
     Columns,
     Footer,
-    columns_of,
     group_spans,
-    read_footer,
-    same_columns,
 )
 from wdstool.format.parquet_files import ParquetObject, list_parquet
-from wdstool.format.parquet_rows import key_prefixes
+from wdstool.format.row_groups import open_parquet, read_footers
 
 log = logging.getLogger(__name__)
-FOOTER_THREADS = 16
 # a remote listing is kept this long for the host's other ranks (they start together and wait
 # on the lock); short, as a file replaced meanwhile would be read with its old footer
 LISTING_TTL = 30.0
@@ -90,12 +84,15 @@ def resolve_parquet(
     cache_dir = access.cache_dir if access else None
     with _host_lock(source, storage_options, cache_dir) as kept:
         objects, listed = _listing(source, storage_options, kept)
-        footers = footers_of(objects, storage_options, cache_dir)
+        found = open_parquet(
+            source,
+            storage_options,
+            objects=objects,
+            footers_of=lambda objs, on_read: footers_of(objs, storage_options, cache_dir),
+        )
         if listed:
             _keep_listing(objects, kept)
-    columns = columns_of(footers[0])
-    for ft in footers[1:]:
-        same_columns(columns, columns_of(ft), ft.url)
+    footers = found.footers
     units, urls, sizes = [], [], []
     h = hashlib.sha256(b"parquet\0")
     for i, ft in enumerate(footers):
@@ -112,10 +109,10 @@ def resolve_parquet(
         urls=tuple(urls),
         sizes=tuple(sizes),
         identity=h.hexdigest(),
-        footers=tuple(footers),
-        prefixes=tuple(key_prefixes([ft.url for ft in footers])),
+        footers=footers,
+        prefixes=found.prefixes,
         units=tuple(units),
-        columns=columns,
+        columns=found.columns,
     )
 
 
@@ -169,89 +166,81 @@ def _keep_listing(objects: list[ParquetObject], kept: Path | None) -> None:
 
 
 def footers_of(
-    objects: list[ParquetObject], storage_options: dict[str, Any] | None, cache_dir: Any
+    objects: Sequence[ParquetObject], storage_options: dict[str, Any] | None, cache_dir: Any
 ) -> list[Footer]:
-    """Every file's footer, read in parallel; kept per host by version where the file has one."""
-    kept = cache_folder(cache_dir) / "parquet-footers"
+    """Every file's footer: kept per host by version where the file has one, the others read
+    in parallel (:func:`wdstool.format.row_groups.read_footers`) and kept."""
+    folder = cache_folder(cache_dir) / "parquet-footers"
 
-    def one(obj: ParquetObject) -> Footer:
-        path = None
-        if obj.version is not None:
-            path = kept / hashlib.sha256(f"{obj.url}\0{obj.version}".encode()).hexdigest()
+    def path_of(obj: ParquetObject) -> Path | None:
+        if obj.version is None:
+            return None
+        return folder / hashlib.sha256(f"{obj.url}\0{obj.version}".encode()).hexdigest()
+
+    out: dict[str, Footer] = {}
+    for obj in objects:
+        path = path_of(obj)
+        if path is not None:
             with contextlib.suppress(OSError):
-                return Footer(obj.url, obj.size, path.read_bytes(), obj.version)
-        ft = read_footer(
-            obj.url, obj.size, lambda a, b: _read(obj.url, storage_options, a, b), obj.version
-        )
+                out[obj.url] = Footer(obj.url, obj.size, path.read_bytes(), obj.version)
+    missing = [obj for obj in objects if obj.url not in out]
+    for obj, ft in zip(
+        missing, read_footers(missing, storage_options) if missing else [], strict=True
+    ):
+        out[obj.url] = ft
+        path = path_of(obj)
         if path is not None:
             with contextlib.suppress(OSError):  # a cache that cannot be written is no error
-                kept.mkdir(parents=True, exist_ok=True)
+                folder.mkdir(parents=True, exist_ok=True)
                 tmp = path.with_suffix(f".{os.getpid()}.part")
                 tmp.write_bytes(ft.tail)
                 os.replace(tmp, path)
-        return ft
-
-    if len(objects) == 1:
-        return [one(objects[0])]
-    with ThreadPoolExecutor(min(FOOTER_THREADS, len(objects))) as pool:
-        return list(pool.map(one, objects))
-
-
-def _read(url: str, storage_options: dict[str, Any] | None, start: int, end: int) -> bytes:
-    if is_remote(url):
-        return read_range(url, storage_options, start, end)
-    with open(local_path(url), "rb") as f:
-        f.seek(start)
-        return f.read(end - start)
+    return [out[obj.url] for obj in objects]
 
 
 def parquet_schema(
-    index: ParquetIndex, schema: SampleSchema, image: str | None, where: str
+    index: ParquetIndex,
+    label: str | None,
+    fields: Mapping[str, str] | None,
+    fields_fn: FieldsFn | None,
+    image: str | None,
+    where: str,
 ) -> tuple[ParquetIndex, SampleSchema]:
-    """``schema`` (make_loader's label and fields) mapped onto the columns: the index with the
-    columns to read, and the schema reading them. ConfigError naming ``where`` and the columns
+    """make_loader's ``label``, ``fields`` and ``fields_fn`` on the columns: the index with the
+    columns to read, and the schema reading them. ``label`` and each field name a column
+    (``"meta:a.b"``: a path into a struct column). ConfigError naming ``where`` and the columns
     for a column that is not there or cannot mean what it is asked to."""
     cols = index.columns
     assert cols is not None
-    if schema.videos or schema.numbered:
-        raise ConfigError(
-            f"{where}: a Parquet source holds one image a row: read it with the image kinds "
-            "(pack it for clips or interleaved samples)"
-        )
+    names = {k: "txt" for k in fields} if isinstance(fields, Mapping) else fields
+    base = SampleSchema.build(None, names, fields_fn)  # batch keys and fields_fn checked
     img = cols.image(image, where)
     reads: list[str] = []
-    label = None
+    spec = None
     classes: tuple[str, ...] = ()
-    if schema.label is not None:
-        name = cols.label(schema.label.field.text, where)
-        label = LabelSpec(FieldSpec(name, Kind.BYTES, (), name))
+    if label is not None:
+        name = cols.label(label, where)
+        spec = LabelSpec(FieldSpec(name, Kind.BYTES, (), name))
         classes = cols.classes.get(name, ())
         reads.append(name)
-    fields = []
-    for key, spec in schema.fields:
-        name, _, path = spec.text.partition(":")
+    specs = []
+    for key, text in (fields or {}).items():
+        name, _, path = str(text).partition(":")
         if name not in cols.kinds:
             raise ConfigError(
-                f"{where}: fields[{key!r}]={spec.text!r}: no such column ({cols.describe()})"
+                f"{where}: fields[{key!r}]={text!r}: no such column ({cols.describe()})"
             )
+        if name == img:
+            raise ConfigError(f"{where}: the image column {img!r} cannot be a field too")
         kind = cols.kinds[name]
-        if path:
-            fkind = Kind.JSON
-        elif kind == "string":
-            fkind = Kind.TEXT
-        elif kind in ("binary", "image"):
-            fkind = Kind.BYTES
-        else:
-            fkind = Kind.JSON
-        fields.append(
-            (key, FieldSpec(name, fkind, tuple(path.split(".")) if path else (), spec.text))
-        )
-        if name not in reads and name != img:
+        read_as = Kind.JSON if path or kind not in ("string", "binary", "image") else Kind.BYTES
+        if kind == "string" and not path:
+            read_as = Kind.TEXT
+        specs.append((key, FieldSpec(name, read_as, tuple(path.split(".")) if path else (), text)))
+        if name not in reads:
             reads.append(name)
-    if any(spec.ext == img for _k, spec in fields):
-        raise ConfigError(f"{where}: the image column {img!r} cannot be a field too")
-    new = replace(schema, label=label, fields=tuple(fields))
-    return replace(index, image=img, reads=tuple(reads), classes=classes), new
+    schema = replace(base, label=spec, fields=tuple(specs))
+    return replace(index, image=img, reads=tuple(reads), classes=classes), schema
 
 
 # --- reading a row group's column chunks --------------------------------------------------------

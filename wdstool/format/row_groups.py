@@ -84,13 +84,25 @@ class _Counted:
             self.requests += 1
 
 
-def open_parquet(source: str, storage_options: dict[str, Any] | None = None) -> ParquetSet:
-    """The files ``source`` names (``#SPLIT`` keeps one split) and their footers; ShardError
-    naming the file whose footer is no Parquet footer or whose columns differ from the
-    first file's."""
-    objects = list_parquet(source, storage_options)
+def open_parquet(
+    source: str,
+    storage_options: dict[str, Any] | None = None,
+    *,
+    objects: Sequence[ParquetObject] | None = None,
+    footers_of: Callable[[Sequence[ParquetObject], Callable[[int], object]], list[Footer]]
+    | None = None,
+) -> ParquetSet:
+    """The files ``source`` names (``#SPLIT`` keeps one split; ``objects``: listed already) and
+    their footers (``footers_of(objects, on_read)``: read otherwise than by
+    :func:`read_footers`, e.g. kept per host); ShardError naming the file whose footer is no
+    Parquet footer or whose columns differ from the first file's."""
+    if objects is None:
+        objects = list_parquet(source, storage_options)
     counted = _Counted()
-    footers = read_footers(objects, storage_options, counted.add)
+    if footers_of is None:
+        footers = read_footers(objects, storage_options, counted.add)
+    else:
+        footers = footers_of(objects, counted.add)
     columns = columns_of(footers[0])
     for ft in footers[1:]:
         same_columns(columns, columns_of(ft), ft.url)

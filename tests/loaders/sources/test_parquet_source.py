@@ -323,3 +323,37 @@ def test_a_binary_image_column_named_and_the_hubs_conversion_layout(tmp_path, mo
             f"0000-{i:06d}" for i in range(10)
         ]
         assert any("refs%2Fconvert%2Fparquet" in p for _m, p, _r in srv.requests)
+
+
+def test_fields_reach_into_struct_columns_and_names_need_not_be_extensions(tmp_path) -> None:
+    import pyarrow as pa
+
+    from loaders import Interleaved
+    from tests.conftest import jpeg_bytes
+
+    n = 12
+    table = pa.table(
+        {
+            "image": [jpeg_bytes(i) for i in range(n)],
+            "fine label": pa.array(list(range(n)), pa.int64()),
+            "meta": [{"source": {"site": f"s{i}"}, "score": i / 2} for i in range(n)],
+            "tags": [[f"t{i}", "x"] for i in range(n)],
+        }
+    )
+    pq.write_table(table, tmp_path / "one.parquet", row_group_size=5)
+    loader = _loader(
+        str(tmp_path / "one.parquet"),
+        batch=4,
+        label="fine label",
+        fields={"site": "meta:source.site", "meta": "meta", "tags": "tags"},
+        shuffle=False,
+    )
+    b = _epoch(loader)[1]
+    assert b["labels"].tolist() == [4, 5, 6, 7]
+    assert b["site"] == ["s4", "s5", "s6", "s7"]
+    assert b["meta"][0] == {"source": {"site": "s4"}, "score": 2.0}
+    assert b["tags"][0] == ["t4", "x"]
+    with pytest.raises(ConfigError, match=r"one.parquet: a Parquet source holds one image a row"):
+        _loader(str(tmp_path / "one.parquet"), output=Interleaved(), label=None)
+    with pytest.raises(ConfigError, match=r"'pixel_values' is a key the loader fills itself"):
+        _loader(str(tmp_path / "one.parquet"), fields={"pixel_values": "tags"})
