@@ -1,60 +1,91 @@
-"""``pack`` from a Hub-style parquet file: the images are bytes inside the file.
+"""``pack`` from Hub-style Parquet: the images are bytes inside the files, a whole split at once.
 
-Hugging Face Hub data sets ship as parquet files whose image column holds ``{"bytes", "path"}``
-structs (the ``datasets`` ``Image`` feature) or raw bytes. ``--image-column NAME`` names it; a
-parquet file without a path column and with a column named ``image`` of that type is taken as
-one without being told. The other columns mean what they mean in a listing (label: ints, or
-class names indexed in sorted order; a ``ClassLabel`` label's names come from the file's
-``huggingface`` metadata, in its own order; caption: ``KEY.txt``; the rest: ``KEY.json``).
+SRC names Parquet files as the loaders' sources do (:mod:`wdstool.format.parquet_files`): one
+file, a folder (every ``.parquet`` beneath it), a glob (``data/train-*.parquet``), an ``s3://``
+prefix or glob, an ``http(s)`` brace pattern, or ``hf://datasets/ORG/NAME[@REV][/PATH]`` (the
+Hub's tree API); ``#SPLIT`` after it, or ``split=``, keeps one split, and a source holding
+several splits with none named is a one-line error listing them. A folder or prefix is Parquet
+when ``.parquet`` files lie in it (or in its ``data/`` folder, as in a Hub repository) and hold
+an image column; otherwise it is an ImageFolder tree, as before.
 
-The file is never read whole: the scan reads the small columns (and the image column's ``path``
-field), the probe and the shard writers read the image column one row group at a time, so memory
-is bounded by ``--workers`` row groups, not by the file. That decides the order too: with
-``--shuffle`` the row groups are permuted and the rows within each (seeded), so a shard draws on
-one or two row groups, never on all of them; ``--no-shuffle`` keeps the row order.
+Hugging Face Hub data sets ship as Parquet files whose image column holds ``{"bytes", "path"}``
+structs (the ``datasets`` ``Image`` feature) or raw bytes. ``--image-column NAME`` names it; files
+without a path column and with a column named ``image`` of that type are taken as such without
+being told (a single ``.parquet`` file with a path column is a listing: :mod:`shard_writer.listing`).
+The other columns mean what they mean in a listing (label: ints, or class names indexed in
+sorted order; a ``ClassLabel`` label's names come from the ``huggingface`` metadata, in its own
+order; caption: ``KEY.txt``; the rest: ``KEY.json``). The files of a split must have the same
+columns (and ClassLabel names): a file that differs is a one-line error naming it.
+
+Keys are the loader's (:func:`wdstool.format.parquet.row_key`): each file's key prefix (its path
+below the files' common folder, :func:`~wdstool.format.parquet.key_prefixes`) and the row's
+number in that file, so keys are unique across the files of a split, and the rows packed to
+tars and the same rows streamed in place by the loader have the same keys.
+
+No file is read whole: each file's footer is read once (one ranged read), the scan reads the
+small columns (and the image column's ``path`` field) one row group at a time, and the probe and
+the shard writers read the image column's chunks of one row group at a time, by range; memory is
+bounded by ``--workers`` row groups, not by the files. That decides the order too: with
+``--shuffle`` the (file, row group) pairs are permuted and the rows within each (seeded), so a
+shard draws on one or two row groups, never on all of them; ``--no-shuffle`` keeps the file
+order, then the row order.
 """
 
 from __future__ import annotations
 
 import bisect
 import json
+import os
+import posixpath
 import random
-from collections.abc import Callable, Iterator
-from concurrent.futures import Executor
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 from shard_writer.image import BadImage
-from shard_writer.listing_read import PARQUET_HINT, Row
+from shard_writer.layout import ShardSpec
+from shard_writer.listing_read import FORMATS, PARQUET_HINT, Row
 from shard_writer.options import PackOptions
-from shard_writer.probe import EncodeOptions, ImageInfo, Payload, info_of, rewritten, sort_probed
-from shard_writer.row_values import column_labels, jsonable, listing_folder, text_value
-from shard_writer.scan import Scan, Skipped, SourceFile
+from shard_writer.probe import EncodeOptions, ImageInfo, Payload, info_of, rewritten
+from shard_writer.row_values import column_labels, jsonable, text_value
+from shard_writer.scan import Scan, Skipped, SourceFile, printable
 from shard_writer.write import ShardTask
 from wdstool.base.credentials import redact
-from wdstool.base.errors import ConfigError, InputError
-from wdstool.base.s3 import filesystem
+from wdstool.base.errors import ConfigError, InputError, ShardError
+from wdstool.base.objects import SpanReader
 from wdstool.base.urls import is_remote, local_path
+from wdstool.base.web import is_web
+from wdstool.format.parquet import (
+    Footer,
+    columns_of,
+    key_prefixes,
+    read_footer,
+    row_key,
+    same_columns,
+)
+from wdstool.format.parquet_files import (
+    ParquetObject,
+    is_parquet_source,
+    list_parquet,
+    parquet_in,
+    split_source,
+)
+from wdstool.format.row_groups import ChunkReader, fetch
+
+THREADS = 8  # files whose footers and small columns the scan reads at once
 
 
-def _open(url: str, storage_options: dict[str, Any] | None) -> Any:
-    """A ``pyarrow.parquet.ParquetFile`` over the local file or an fsspec file (ranged reads)."""
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise ConfigError(f"{url}: {PARQUET_HINT}") from None
-    try:
-        if not is_remote(url):
-            return pq.ParquetFile(local_path(url))
-        fs, path = filesystem(url, storage_options)
-        return pq.ParquetFile(fs.open(path, "rb"))
-    except FileNotFoundError:
-        raise InputError(f"{url}: no such parquet file") from None
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise InputError(
-            redact(f"{url}: not a readable parquet file: {exc}", storage_options)
-        ) from None
+@dataclass(frozen=True)
+class HubGroup:
+    """One row group of one file, and the index of its first row among the scan's rows."""
+
+    start: int
+    footer: Footer
+    group: int
+    rows: int
+    name: str = ""  # the file below the files' common folder (what the skipped list names)
 
 
 def _image_kind(field_type: Any) -> str | None:
@@ -72,24 +103,67 @@ def _image_kind(field_type: Any) -> str | None:
 
 @dataclass(frozen=True, kw_only=True)
 class HubScan(Scan):
-    """A Hub parquet SRC: its rows as files (``url`` empty: the image is in the file), and where
-    the images are (``column``, ``struct``: {bytes, path} structs; rows per row group)."""
+    """A Hub Parquet SRC: its rows as files (``url`` empty: the image is in the file), where the
+    images are (``column``, ``struct``: {bytes, path} structs) and every row group of every
+    file in file order (``groups``)."""
 
     column: str = "image"
     struct: bool = True
-    group_rows: tuple[int, ...] = ()
+    groups: tuple[HubGroup, ...] = ()
+
+    @cached_property
+    def starts(self) -> list[int]:
+        return [g.start for g in self.groups]
+
+    def group_of(self, f: SourceFile) -> HubGroup:
+        return self.groups[bisect.bisect_right(self.starts, f.index) - 1]
+
+    def describe(self, f: SourceFile, reason: str) -> str:
+        path = f"{printable(f.relpath)}: " if f.relpath else ""
+        return f"{self.group_of(f).footer.url}: row {f.row}: {path}{reason}"
+
+    def task_fields(self, spec: ShardSpec) -> dict[str, Any]:
+        """What a shard's :class:`HubShardTask` needs: only the row groups its samples are in."""
+        used = {g.start: g for g in map(self.group_of, spec.samples)}
+        groups = tuple(used[start] for start in sorted(used))
+        return {"column": self.column, "struct": self.struct, "groups": groups}
 
 
 def hub_scan(
-    src: str, options: PackOptions, storage_options: dict[str, Any] | None
+    src: str,
+    options: PackOptions,
+    storage_options: dict[str, Any] | None,
+    *,
+    on_total: Callable[[int, int, str], None] | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> HubScan | None:
-    """SRC as a Hub parquet file, or None when it is something else (a listing of paths)."""
-    if not src.rstrip("/").lower().endswith(".parquet"):
+    """SRC as Hub Parquet, or None when it is something else (a listing of paths, an
+    ImageFolder tree). ``on_total``/``progress``: the scan's files ("scan" phase)."""
+    url, split = _split(src, options.split)
+    by_form = split is not None or is_parquet_source(url)
+    if not by_form and not _holds_parquet(url, storage_options):
         if options.image_column is not None:
-            raise ConfigError(f"{src}: image_column= applies to a .parquet SRC")
+            raise ConfigError(f"{src}: image_column= applies to a Parquet SRC")
         return None
-    pf = _open(src, storage_options)
-    schema = pf.schema_arrow
+    try:
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        raise ConfigError(f"{src}: {PARQUET_HINT}") from None
+    # one file named by its name: a listing of image paths where it holds no image column
+    one_file = (
+        split is None
+        and url.lower().rstrip("/").endswith(".parquet")
+        and not any(c in url for c in "*?[{")
+        and (is_remote(url) or not os.path.isdir(local_path(url)))
+    )
+    if one_file and not is_remote(url) and not os.path.exists(local_path(url)):
+        raise InputError(f"{url}: no such parquet file")
+    shown = f"{url}#{split}" if split else url
+    objects = list_parquet(url, storage_options, split=split)
+    if on_total:
+        on_total(len(objects), 0, "scan")
+    footers = _footers(objects, storage_options)
+    schema = footers[0].metadata.schema.to_arrow_schema()
     names = list(schema.names)
     column = options.image_column
     path_col, label_col, caption_col = options.columns.names
@@ -99,18 +173,19 @@ def hub_scan(
             or "image" not in names
             or _image_kind(schema.field("image").type) is None
         ):
-            return None  # a listing of image paths (shard_writer.listing reads it)
+            return _not_images(src, objects, by_form and not one_file, names)
         column = "image"
+    first = footers[0].url
     if column not in names:
         found = ", ".join(repr(n) for n in names) or "none"
         raise InputError(
-            f"{src}: no image column {column!r} (columns found: {found}); name the column "
+            f"{first}: no image column {column!r} (columns found: {found}); name the column "
             "holding the images with image_column="
         )
     kind = _image_kind(schema.field(column).type)
     if kind is None:
         raise InputError(
-            f"{src}: column {column!r} holds {schema.field(column).type}, not images "
+            f"{first}: column {column!r} holds {schema.field(column).type}, not images "
             '(raw bytes, or {"bytes", "path"} structs)'
         )
     for col, given, flag in (
@@ -119,105 +194,261 @@ def hub_scan(
     ):
         if given is not None and col not in names:
             raise InputError(
-                f"{src}: no {col!r} column; name the {flag} column with {flag}_column="
+                f"{first}: no {col!r} column; name the {flag} column with {flag}_column="
             )
+    columns = _checked_columns(footers, label_col if label_col in names else None)
     others = [n for n in names if n != column]
-    rows = [Row(i, 0, r) for i, r in enumerate(_read(pf, src, others), 1)]
-    paths = [""] * len(rows)
-    if kind == "struct":
-        paths = [(r[column] or {}).get("path") or "" for r in _read(pf, src, [f"{column}.path"])]
+    with_path = kind == "struct" and "path" in [
+        schema.field(column).type.field(i).name for i in range(schema.field(column).type.num_fields)
+    ]
+    reads = others + ([f"{column}.path"] if with_path else [])
+
+    def one(ft: Footer) -> tuple[list[Row], list[str]]:
+        return _file_rows(ft, reads, others, column if with_path else None, storage_options)
+
+    per_file: list[tuple[list[Row], list[str]]] = []
+    with ThreadPoolExecutor(max(1, min(THREADS, len(footers)))) as pool:
+        for part in pool.map(one, footers):
+            per_file.append(part)
+            if progress:
+                progress(1)
+    prefixes = key_prefixes([ft.url for ft in footers])
     if label_col in names:
-        classes, labels = _hub_labels(src, rows, label_col, schema)
+        classes, labels = _labels(footers, [rows for rows, _ in per_file], label_col, columns)
     else:
-        classes, labels = (), [-1] * len(rows)
-    files = []
+        classes, labels = (), [-1] * sum(len(rows) for rows, _ in per_file)
+    files: list[SourceFile] = []
+    groups: list[HubGroup] = []
     captioned = caption_col in names
-    for i, row in enumerate(rows):
-        extra = {
-            k: jsonable(src, row, k, v)
-            for k, v in row.values.items()
-            if k not in (label_col, caption_col)
-        }
-        # without a caption column, SourceFile's default ("no caption") applies, as in a listing
-        caption = {"caption": text_value(src, row, caption_col, "caption")} if captioned else {}
-        files.append(
-            SourceFile(
-                index=i,
-                relpath=paths[i],
-                class_idx=labels[i],
-                size=-1,
-                row=row.number,
-                extra=json.dumps(extra, sort_keys=True, separators=(",", ":")) if extra else "",
-                **caption,
+    rels = _relative(footers)
+    for ft, prefix, rel, (rows, paths) in zip(footers, prefixes, rels, per_file, strict=True):
+        start = len(files)
+        for g, n in enumerate(ft.group_rows):
+            groups.append(HubGroup(start, ft, g, n, rel))
+            start += n
+        for row, path in zip(rows, paths, strict=True):
+            extra = {
+                k: jsonable(ft.url, row, k, v)
+                for k, v in row.values.items()
+                if k not in (label_col, caption_col)
+            }
+            # without a caption column, SourceFile's default ("no caption") applies
+            caption = (
+                {"caption": text_value(ft.url, row, caption_col, "caption")} if captioned else {}
             )
-        )
+            i = len(files)
+            files.append(
+                SourceFile(
+                    index=i,
+                    relpath=path,
+                    class_idx=labels[i],
+                    size=-1,
+                    row=row.number,
+                    extra=json.dumps(extra, sort_keys=True, separators=(",", ":")) if extra else "",
+                    key=row_key(prefix, row.number - 1),
+                    **caption,
+                )
+            )
     if not files:
-        raise InputError(f"{src}: no rows")
-    md = pf.metadata
+        raise InputError(f"{shown}: no rows")
     return HubScan(
-        root=listing_folder(src),
+        root=url.rstrip("/"),
         classes=classes,
         files=tuple(files),
         problems=(),
         storage_options=storage_options,
-        listing=src,
+        listing=shown,
         column=column,
         struct=kind == "struct",
-        group_rows=tuple(md.row_group(g).num_rows for g in range(md.num_row_groups)),
+        groups=tuple(groups),
     )
 
 
-def _read(pf: Any, src: str, columns: list[str]) -> list[dict[str, Any]]:
-    import pyarrow as pa
+def _split(src: str, option: str | None) -> tuple[str, str | None]:
+    """(SRC without its ``#SPLIT``, the split asked for by either)."""
+    url, fragment = split_source(src)
+    if fragment is not None and not is_remote(src) and os.path.exists(local_path(src)):
+        url, fragment = src, None  # a local name with a '#' in it
+    if option is not None and fragment is not None and option != fragment:
+        raise ConfigError(f"{src}: split={option!r} and #{fragment} name different splits")
+    return url, option or fragment
 
-    try:
-        return pf.read(columns=columns, use_threads=False).to_pylist()
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise InputError(f"{src}: not a readable parquet file: {exc}") from None
+
+def _holds_parquet(url: str, storage_options: dict[str, Any] | None) -> bool:
+    """Is ``url`` a folder or prefix with ``.parquet`` files in it or in its ``data/``?"""
+    if not is_remote(url):
+        if not os.path.isdir(local_path(url)):
+            return False
+    elif is_web(url) or posixpath.splitext(url.rstrip("/"))[1].lower() in FORMATS:
+        return False  # no listing to glob, or a listing file's URL: never a prefix to list
+    base = url.rstrip("/")
+    return parquet_in(base, storage_options) or parquet_in(f"{base}/data", storage_options)
 
 
-def _hub_labels(
-    src: str, rows: list[Row], col: str, schema: Any
-) -> tuple[tuple[str, ...], list[int]]:
-    """Labels as a listing reads them, or a ClassLabel's ints with its names as the classes."""
-    meta = json.loads((schema.metadata or {}).get(b"huggingface", b"{}") or b"{}")
-    feature = meta.get("info", {}).get("features", {}).get(col, {})
-    names = feature.get("names") if feature.get("_type") == "ClassLabel" else None
-    classes, labels = column_labels(src, rows, col, "parquet")
-    if not names or classes:
-        return classes, labels
-    for row, label in zip(rows, labels, strict=True):
-        if label >= len(names):
+def _not_images(
+    src: str, objects: list[ParquetObject], parquet_named: bool, names: list[str]
+) -> None:
+    """None where SRC is a listing (one ``.parquet`` file of paths) or a folder that is an
+    ImageFolder tree after all (``parquet_named`` false); else the error saying what
+    the files lack."""
+    if not parquet_named:
+        return None
+    found = ", ".join(repr(n) for n in names) or "none"
+    raise InputError(
+        f"{src}: {len(objects)} Parquet file(s) without an image column named 'image' "
+        f"(columns found: {found}); name the column holding the images with image_column= "
+        "(a listing of image paths is packed one file at a time)"
+    )
+
+
+def _relative(footers: Sequence[Footer]) -> list[str]:
+    """Each file's path below the files' common folder (its name, for one file)."""
+    paths = [ft.url.split("?")[0] for ft in footers]
+    if len(paths) == 1:
+        return [paths[0].rsplit("/", 1)[-1]]
+    parts = [p.split("/")[:-1] for p in paths]
+    n = 0
+    for segs in zip(*parts, strict=False):
+        if len(set(segs)) != 1:
+            break
+        n += 1
+    return ["/".join(p.split("/")[n:]) for p in paths]
+
+
+def _footers(objects: list[ParquetObject], storage_options: dict[str, Any] | None) -> list[Footer]:
+    """Every file's footer (one ranged read a file, a second for a longer footer), parsed."""
+
+    def one(obj: ParquetObject) -> Footer:
+        with SpanReader(storage_options) as spans:
+            try:
+                ft = read_footer(
+                    obj.url, obj.size, lambda a, b: fetch(spans, obj.url, a, b), obj.version
+                )
+                _ = ft.metadata  # parsed here: a damaged footer is this file's error
+            except ShardError as exc:
+                why = exc.message.removeprefix(f"{obj.url}: ")
+                raise InputError(
+                    redact(f"{obj.url}: not a readable parquet file: {why}", storage_options)
+                ) from None
+            return ft
+
+    if len(objects) == 1:
+        return [one(objects[0])]
+    with ThreadPoolExecutor(min(THREADS * 2, len(objects))) as pool:
+        return list(pool.map(one, objects))
+
+
+def _checked_columns(footers: Sequence[Footer], label: str | None) -> tuple[str, ...] | None:
+    """The ClassLabel names of ``label`` (None where it is no ClassLabel), after checking that
+    every file has the first one's columns and names: else an error naming the file."""
+    first = columns_of(footers[0])
+    names = first.classes.get(label) if label is not None else None
+    for ft in footers[1:]:
+        cols = columns_of(ft)
+        try:
+            same_columns(first, cols, ft.url)
+        except ShardError as exc:
+            raise InputError(exc.message) from None
+        if label is not None and cols.classes.get(label) != names:
             raise InputError(
-                f"{src}: {row.where()}: label {label} is past the {len(names)} ClassLabel names"
+                f"{ft.url}: the ClassLabel names of {label!r} "
+                f"({', '.join(cols.classes.get(label) or ()) or 'none'}) differ from the first "
+                f"file's ({', '.join(names or ()) or 'none'})"
             )
-    return tuple(str(n) for n in names), labels
+    return tuple(names) if names else None
 
 
-def _group_images(task: tuple[str, dict | None, str, bool, int]) -> list[bytes | None]:
-    url, storage_options, column, struct, group = task
-    col = (
-        _open(url, storage_options)
-        .read_row_group(group, columns=[column], use_threads=False)
-        .column(column)
-    )
-    values = col.combine_chunks()
+def _file_rows(
+    ft: Footer,
+    reads: list[str],
+    others: list[str],
+    column: str | None,
+    storage_options: dict[str, Any] | None,
+) -> tuple[list[Row], list[str]]:
+    """One file's rows (its small columns, row group by row group) and each row's image path
+    (``column``'s ``path`` field; empty without one)."""
+    total = sum(ft.group_rows)
+    if not reads:
+        return [Row(r + 1, 0, {}) for r in range(total)], [""] * total
+    rows: list[Row] = []
+    paths: list[str] = []
+    with ChunkReader(storage_options) as chunks:
+        for g, n in enumerate(ft.group_rows):
+            if n == 0:
+                continue
+            values = chunks.table(ft, g, reads).to_pylist()
+            if len(values) != n:
+                raise InputError(
+                    f"{ft.url}: row group {g} holds {len(values)} rows; its footer says {n}"
+                )
+            for v in values:
+                rows.append(Row(len(rows) + 1, 0, {k: v[k] for k in others}))
+                paths.append(((v.get(column) or {}).get("path") or "") if column else "")
+    return rows, paths
+
+
+def _labels(
+    footers: Sequence[Footer], rows: list[list[Row]], col: str, class_label: tuple[str, ...] | None
+) -> tuple[tuple[str, ...], list[int]]:
+    """Labels as a listing reads them (checked file by file, errors naming the file and row),
+    ints or class names in every file alike; a ClassLabel's ints with its names as classes."""
+    kinds: list[tuple[Footer, tuple[str, ...], list[int], list[Row]]] = []
+    for ft, file_rows in zip(footers, rows, strict=True):
+        if file_rows:
+            classes, labels = column_labels(ft.url, file_rows, col, "parquet")
+            kinds.append((ft, classes, labels, file_rows))
+    if not kinds:
+        return (), []
+    named = [bool(classes) for _ft, classes, _l, _r in kinds]
+    if any(named) and not all(named):
+        odd = next(k for k, n in zip(kinds, named, strict=True) if n != named[0])
+        what = ("class names", "ints") if named[0] else ("ints", "class names")
+        raise InputError(
+            f"{odd[0].url}: labels are {what[1]} where {kinds[0][0].url}'s are {what[0]} "
+            "(a label column holds ints or class names, not both)"
+        )
+    if all(named):
+        classes = tuple(sorted({c for _ft, cs, _l, _r in kinds for c in cs}))
+        index = {c: i for i, c in enumerate(classes)}
+        return classes, [index[cs[i]] for _ft, cs, labels, _r in kinds for i in labels]
+    out = [label for _ft, _c, labels, _r in kinds for label in labels]
+    if not class_label:
+        return (), out
+    for ft, _c, labels, file_rows in kinds:
+        for row, label in zip(file_rows, labels, strict=True):
+            if label >= len(class_label):
+                raise InputError(
+                    f"{ft.url}: {row.where()}: label {label} is past the {len(class_label)} "
+                    "ClassLabel names"
+                )
+    return tuple(str(n) for n in class_label), out
+
+
+def _group_images(
+    footer: Footer, group: int, column: str, struct: bool, storage_options: dict | None
+) -> list[bytes | None]:
+    """The images of one row group: its chunks of the image column (the bytes field of a
+    struct), by range."""
+    leaves = [f"{column}.bytes"] if struct else [column]
+    with ChunkReader(storage_options) as chunks:
+        table = chunks.table(footer, group, leaves)
+    col = table.column(column)
     if struct:
-        values = values.field("bytes")
-    return values.to_pylist()
+        col = col.combine_chunks().field("bytes")
+    return col.to_pylist()
 
 
 def _probe_group(
-    url: str,
-    storage_options: dict | None,
+    footer: Footer,
+    group: int,
     column: str,
     struct: bool,
-    group: int,
+    storage_options: dict | None,
     encode: EncodeOptions,
 ) -> list[ImageInfo | str]:
     """Check the images of one row group (a task: one row group in memory at a time)."""
     out: list[ImageInfo | str] = []
-    for data in _group_images((url, storage_options, column, struct, group)):
+    for data in _group_images(footer, group, column, struct, storage_options):
         if not data:
             out.append("no image (null or empty)")
             continue
@@ -238,14 +469,15 @@ def probe_hub(
     progress: Callable[[int], None] | None = None,
     pool: Executor | None = None,
 ) -> tuple[list[SourceFile], list[ImageInfo], list[Skipped]]:
-    """As :func:`shard_writer.probe.probe_files`, a task per row group."""
-    groups = range(len(scan.group_rows))
+    """As :func:`shard_writer.probe.probe_files`, a task per row group; a skipped row is
+    listed by its file (below the files' common folder) and its row in that file."""
+    groups = [g for g in scan.groups if g.rows]
     args = (
-        [scan.listing] * len(groups),
-        [scan.storage_options] * len(groups),
+        [g.footer for g in groups],
+        [g.group for g in groups],
         [scan.column] * len(groups),
         [scan.struct] * len(groups),
-        list(groups),
+        [scan.storage_options] * len(groups),
         [encode] * len(groups),
     )
     parts = map(_probe_group, *args) if pool is None else pool.map(_probe_group, *args)
@@ -254,19 +486,28 @@ def probe_hub(
         results.extend(part)
         if progress:
             progress(len(part))
-    return sort_probed(scan, list(scan.files), results, fail)
+    good, infos, skipped = [], [], []
+    for f, res in zip(scan.files, results, strict=True):
+        if isinstance(res, ImageInfo):
+            good.append(replace(f, size=res.source_size))
+            infos.append(res)
+        elif fail:
+            raise InputError(scan.describe(f, res))
+        else:
+            skipped.append(Skipped(printable(scan.group_of(f).name), res, f.row))
+    return good, infos, skipped
 
 
 def hub_order(
     scan: HubScan, files: list[SourceFile], infos: list[ImageInfo], shuffle: bool, seed: int
 ) -> tuple[list[SourceFile], list[ImageInfo]]:
-    """The samples in write order: row groups in a seeded order, rows shuffled within each."""
+    """The samples in write order: (file, row group) pairs in a seeded order, rows shuffled
+    within each; without the shuffle, file order then row order."""
     if not shuffle:
         return files, infos
-    starts = _starts(scan.group_rows)
     by_group: dict[int, list[int]] = {}
     for i, f in enumerate(files):
-        by_group.setdefault(bisect.bisect_right(starts, f.index) - 1, []).append(i)
+        by_group.setdefault(bisect.bisect_right(scan.starts, f.index) - 1, []).append(i)
     rng = random.Random(seed)
     order = sorted(by_group)
     rng.shuffle(order)
@@ -278,33 +519,26 @@ def hub_order(
     return [files[i] for i in picked], [infos[i] for i in picked]
 
 
-def _starts(group_rows: tuple[int, ...]) -> list[int]:
-    starts, at = [], 0
-    for n in group_rows:
-        starts.append(at)
-        at += n
-    return starts
-
-
 @dataclass(frozen=True, kw_only=True)
 class HubShardTask(ShardTask):
-    """A pack shard whose images come out of a parquet file's row groups, one at a time."""
+    """A pack shard whose images come out of Parquet row groups, one at a time (``groups``:
+    the row groups its samples are in, by their first row)."""
 
     column: str = "image"
     struct: bool = True
-    group_rows: tuple[int, ...] = ()
+    groups: tuple[HubGroup, ...] = ()
 
     def payloads(self) -> Iterator[Payload]:
-        starts = _starts(self.group_rows)
-        current, values = -1, []
+        current: HubGroup | None = None
+        values: list[bytes | None] = []
         for f, info in zip(self.spec.samples, self.spec.infos, strict=True):
-            group = bisect.bisect_right(starts, f.index) - 1
-            if group != current:
+            group = self.group_of(f)
+            if group is not current:
                 values = _group_images(
-                    (self.root_url, self.storage_options, self.column, self.struct, group)
+                    group.footer, group.group, self.column, self.struct, self.storage_options
                 )
                 current = group
-            data = values[f.index - starts[group]] or b""
+            data = values[f.index - group.start] or b""
             try:
                 payload = rewritten(data, info, self.encode)
             except BadImage as exc:
@@ -315,9 +549,15 @@ class HubShardTask(ShardTask):
                 )
             yield payload
 
-    @property
-    def root_url(self) -> str:
-        return self.listing or ""
+    @cached_property
+    def starts(self) -> list[int]:
+        return [g.start for g in self.groups]
+
+    def group_of(self, f: SourceFile) -> HubGroup:
+        return self.groups[bisect.bisect_right(self.starts, f.index) - 1]
 
     def describe_row(self, f: SourceFile, reason: str) -> str:
-        return f"{self.listing}: row {f.row}: {reason}"
+        return f"{self.group_of(f).footer.url}: row {f.row}: {reason}"
+
+
+__all__ = ["HubScan", "HubShardTask", "hub_order", "hub_scan", "probe_hub"]

@@ -24,7 +24,10 @@ _KEY_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 
 def sample_key(f: SourceFile, width: int = 9, start: int = 0) -> str:
     """A unique, stable, dot-free key: position in the source (ImageFolder position or listing
-    row index; plus ``start`` in an appended version) and a readable stem."""
+    row index; plus ``start`` in an appended version) and a readable stem; or the key the
+    source gives (a Hub Parquet row's: its file's key prefix and its row in that file)."""
+    if f.key:
+        return f.key
     stem = f.relpath.rsplit("/", 1)[-1].rsplit(".", 1)[0]
     stem = _KEY_UNSAFE.sub("_", stem)[:40].strip("_")
     key = f"{f.index + start:0{width}d}"

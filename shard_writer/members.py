@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from shard_writer.probe import ImageInfo
 from shard_writer.scan import SourceFile, printable
 from wdstool.format.manifest import VideoTotals
-from wdstool.format.tar_write import member_bytes
+from wdstool.format.tar_write import member_bytes, member_size
 
 # The .json member (relative path, class, width, height, format) fits one block unless the path
 # is long; this bound is what the layout reserves for it (plus a listing row's extra columns).
@@ -54,6 +54,9 @@ def sample_bound(f: SourceFile, payload_size: int, classes: Sequence[str], video
         need += member_bytes(len(str(f.class_idx)))
     if f.caption is not None:
         need += member_bytes(len(f.caption.encode("utf-8")))
+    if f.key:  # a key the source gives may be long or not ASCII: pax records, a member each
+        members = 2 + (f.class_idx >= 0) + (f.caption is not None)
+        need += members * (member_size(f"{f.key}.xxxxx", 0) - member_bytes(0))
     return need
 
 

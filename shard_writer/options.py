@@ -125,6 +125,9 @@ class PackOptions(WriteOptions):
     # a parquet SRC whose images are in a column (Hub style): that column (None: "image", when
     # the file has no path column)
     image_column: str | None = None
+    # a Parquet SRC holding several splits: the one to pack (as SRC#SPLIT); its rows' keys,
+    # not this name, are what the fingerprint covers
+    split: str | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -136,6 +139,8 @@ class PackOptions(WriteOptions):
         )  # validates names
         if self.image_column is not None and not self.image_column:
             raise ConfigError("image_column='': the column name is empty")
+        if self.split is not None and (not self.split or "/" in self.split or "#" in self.split):
+            raise ConfigError(f"split={self.split!r}: a split's name (train, test, ...)")
 
     @property
     def columns(self) -> ListingColumns:

@@ -53,6 +53,10 @@ def pack(
     file naming one image or video per row) into shards and ``index.json`` under ``dest_url``; with
     ``options.append``, as a new version of the data set already there.
 
+    Parquet files holding the images (Hub style: a file, folder, glob, ``s3://`` prefix or
+    ``hf://datasets/ORG/NAME``, ``#SPLIT`` or ``options.split`` keeping one split) are packed
+    a whole split at once, keyed as the loader keys their rows (:mod:`shard_writer.hub`).
+
     A listing whose rows each list several images (``options.images_column``) packs one
     sample per row, its images ``KEY.0.jpg``, ``KEY.1.png``, ... (:mod:`shard_writer.interleaved`).
 
@@ -77,9 +81,9 @@ def _pack(
 ) -> PackSummary:
     progress = progress or (lambda *_: None)
     started = time.perf_counter()
-    scan = hub_scan(src, options, storage_options) or scan_source(
-        src, options.columns, storage_options
-    )
+    scan = hub_scan(
+        src, options, storage_options, on_total=on_total, progress=lambda n: progress(n, 0, 0)
+    ) or scan_source(src, options.columns, storage_options)
     if options.on_error is OnError.RAISE and scan.problems:
         p = scan.problems[0]
         raise InputError(f"{os.path.join(scan.root, p.path)}: {p.reason}")
@@ -122,11 +126,10 @@ def _pack(
     if base is not None:
         scan, files = _relabel(scan, files, base)
         numbering = Numbering(first_shard=base.first_shard, first_key=base.next_key)
-    layout, hub = options.layout, {}
+    layout = options.layout
     if isinstance(scan, HubScan):  # row group by row group: see shard_writer.hub
         files, infos = hub_order(scan, files, infos, layout.shuffle, layout.seed)
         layout = replace(layout, shuffle=False)
-        hub = {"column": scan.column, "struct": scan.struct, "group_rows": scan.group_rows}
     specs = plan_layout(
         files,
         scan.classes,
@@ -136,7 +139,7 @@ def _pack(
         numbering=numbering,
     )
     tasks = [
-        (HubShardTask if hub else ShardTask)(
+        (HubShardTask if isinstance(scan, HubScan) else ShardTask)(
             root=scan.root,
             dest_url=dest_url,
             storage_options=storage_options,
@@ -144,7 +147,7 @@ def _pack(
             classes=scan.classes,
             encode=options.encode,
             listing=scan.listing,
-            **hub,
+            **(scan.task_fields(spec) if isinstance(scan, HubScan) else {}),
         )
         for spec in specs
     ]
@@ -163,7 +166,7 @@ def _pack(
         samples=len(files),
         base=base,
         appended=appended,
-        inputs=(src,),
+        inputs=(scan.name if isinstance(scan, HubScan) else src,),
         next_key=numbering.first_key + len(scan.files),
         videos=video_totals(infos),
     )

@@ -48,7 +48,8 @@ class SourceFile:
     the probe learns it, ``row`` the row number shown in messages (1-based), ``class_idx`` -1
     without a label, ``caption`` the text for ``KEY.txt`` (``""`` for a row without one, ``None``
     when the listing has no caption column: then no ``KEY.txt``) and ``extra`` the row's other columns as
-    canonical JSON (an object), merged into ``KEY.json``.
+    canonical JSON (an object), merged into ``KEY.json``. From Hub Parquet: ``key`` is the row's
+    key (:func:`wdstool.format.parquet.row_key`, the loader's), which the layout keeps.
     """
 
     index: int
@@ -59,6 +60,7 @@ class SourceFile:
     row: int = 0
     caption: str | None = None
     extra: str = ""
+    key: str = ""  # the sample's key where the source gives it (a Hub Parquet row's), else ""
 
 
 def locate(root: str, f: SourceFile) -> str:

@@ -53,9 +53,9 @@ def test_hub_parquet_packs_every_row_byte_for_byte(hub_file, tmp_path: Path) -> 
     m = json.loads((dest / "index.json").read_text())
     assert m["classes"] == ["zebra", "ant", "moth"]  # the ClassLabel's own order
     got = {k: dict(members) for k, members in dataset_samples(dest)}
+    assert len(got) == 22
     for i, row in enumerate(rows):
-        stem = Path(row["image"]["path"]).stem
-        sample = got[f"{i:09d}_{stem}"]
+        sample = got[f"train-{i:06d}"]  # the loader's key: the file's name and the row in it
         ext = ".png" if i % 5 == 0 else ".jpg"
         assert sample[ext] == row["image"]["bytes"]  # the bytes in the file, untouched
         assert sample[".cls"] == str(row["label"]).encode()
@@ -72,14 +72,14 @@ def test_the_shuffle_permutes_row_groups_and_rows_within_them(hub_file, tmp_path
     parquet, _ = hub_file
     dest = tmp_path / "ds"
     run_cli("pack", str(parquet), str(dest), "--max-count", "4", "--workers", "1", "-q")
-    order = [int(k.split("_", 1)[0]) for k, _ in dataset_samples(dest)]
+    order = [int(k.rsplit("-", 1)[1]) for k, _ in dataset_samples(dest)]
     groups = [n // 4 for n in order]
     runs = [g for i, g in enumerate(groups) if i == 0 or g != groups[i - 1]]
     assert sorted(runs) == list(range(6))  # each row group once, all its rows together
     assert runs != sorted(runs) and order != sorted(order)
     plain = tmp_path / "plain"
     run_cli("pack", str(parquet), str(plain), "--no-shuffle", "--workers", "1", "-q")
-    assert [int(k.split("_", 1)[0]) for k, _ in dataset_samples(plain)] == list(range(22))
+    assert [k for k, _ in dataset_samples(plain)] == [f"train-{i:06d}" for i in range(22)]
 
 
 def test_raw_bytes_and_class_names(tmp_path: Path) -> None:
@@ -93,7 +93,7 @@ def test_raw_bytes_and_class_names(tmp_path: Path) -> None:
     r = run_cli("pack", str(tmp_path / "raw.parquet"), str(dest), "--image-column", "img", "-q")
     assert r.returncode == 0
     assert json.loads((dest / "index.json").read_text())["classes"] == ["bat", "cat", "owl"]
-    got = {int(k): dict(m) for k, m in dataset_samples(dest)}
+    got = {int(k.removeprefix("raw-")): dict(m) for k, m in dataset_samples(dest)}
     assert [got[i][".jpg"] for i in range(6)] == images
     assert [got[i][".cls"] for i in range(6)] == [b"2", b"1", b"2", b"0", b"1", b"2"]
 

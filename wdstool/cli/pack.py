@@ -1,4 +1,5 @@
-"""``wdstool pack``: an ImageFolder tree or a listing file -> tar shards + index.json."""
+"""``wdstool pack``: an ImageFolder tree, a listing file or a split of Hub-style Parquet files ->
+tar shards + index.json."""
 
 from __future__ import annotations
 
@@ -71,9 +72,17 @@ OPTIONS = "shard_writer:PackOptions"  # the defaults of every option that has a 
     '{"bytes", "path"} structs or raw bytes [default: image, when the file has no path '
     "column]. Streamed row group by row group.",
 )
+@library_option(
+    OPTIONS,
+    "--split",
+    metavar="NAME",
+    help="Parquet SRC holding several splits (train-00000-of-00004.parquet, "
+    "test-00000-of-00001.parquet, or train/0000.parquet): the one to pack; the same as "
+    "SRC#NAME.",
+)
 @storage_options_from_cli
 def pack_cmd(src: str, dest: str, storage_options: dict[str, Any] | None, **params: Any) -> None:
-    """Convert SRC into tar shards in DEST. SRC is either
+    """Convert SRC into tar shards in DEST. SRC is one of
 
     \b
     - an ImageFolder tree: SRC/<class>/<image or video>, labels from the class folders
@@ -83,7 +92,9 @@ def pack_cmd(src: str, dest: str, storage_options: dict[str, Any] | None, **para
       label (optional; ints, or class names indexed in sorted order), caption (optional;
       KEY.txt in every sample, empty where a row has none), any others (stored in KEY.json). Rows keep their order
       until the pack-time shuffle. --path-column, --label-column and --caption-column
-      name other columns.
+      name other columns, or
+    - Hub-style Parquet files holding the images: one file, or a whole split of them (a
+      folder, a glob, an s3:// prefix, hf://datasets/ORG/NAME; SRC#SPLIT), see below.
 
     DEST gets PREFIX-000000.tar, ... and, last, index.json (a folder with index.json is a
     complete dataset). Samples: KEY.jpg (original bytes; extension from the real format),
@@ -108,8 +119,15 @@ def pack_cmd(src: str, dest: str, storage_options: dict[str, Any] | None, **para
     KEY.json with "texts" and "images", two parallel lists (OBELICS style: a 'texts' list
     column; LLaVA style: a caption or text column whose <image> markers place the images).
 
-    A Hub-style parquet file (images as bytes in a column, see --image-column) is packed row
-    group by row group: --shuffle then permutes the row groups and the rows within each.
+    Hub-style Parquet (images as bytes in a column, see --image-column) is packed a whole
+    split at once: SRC is a .parquet file, a folder of them (or of a data/ folder, as a Hub
+    repository), a glob ('data/train-*.parquet'), an s3:// prefix or glob, or
+    hf://datasets/ORG/NAME[@REV][/PATH] (listed by the Hub's API, HF_ENDPOINT); SRC#SPLIT or
+    --split keeps one split (a source of several splits needs one). Keys are the loader's for
+    the same rows, unique across the files: FILE-ROW (FILE: the file's path below the files'
+    folder, ROW: the row in it, from 000000). The files are read row group by row group:
+    --shuffle permutes the (file, row group) pairs and the rows within each; --no-shuffle keeps
+    file order, then row order.
 
     --append adds SRC to the data set already in DEST as a new version (shards numbered on,
     keys numbered on, class names already there keep their indices); a loader over DEST reads
