@@ -12,6 +12,7 @@ from shard_writer.foreign_index import write_foreign_index
 from shard_writer.index import write_dali_indexes
 from shard_writer.options import PackOptions, PackSummary, ReshardOptions, WriteOptions
 from shard_writer.pack import pack
+from shard_writer.parquet_check import DamagedRowGroups, inspect_parquet, verify_parquet
 from shard_writer.reshard import reshard
 from shard_writer.sample_data import SampleDataSummary, generate_sample_data
 from shard_writer.sample_videos import VideoSettings, generate_sample_videos
@@ -21,6 +22,7 @@ from shard_writer.verify import UnsafeMember, inspect_dataset, verify_dataset
 from wdstool.base.errors import OnError
 
 __all__ = [
+    "DamagedRowGroups",
     "OnError",
     "PackOptions",
     "PackSummary",
@@ -32,11 +34,13 @@ __all__ = [
     "generate_sample_data",
     "generate_sample_videos",
     "inspect_dataset",
+    "inspect_parquet",
     "pack",
     "parse_fractions",
     "reshard",
     "split",
     "verify_dataset",
+    "verify_parquet",
     "write_dali_indexes",
     "write_foreign_index",
     "write_timm_info",

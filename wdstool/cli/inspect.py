@@ -41,8 +41,7 @@ def inspect_cmd(
     files, row groups, rows, columns (kinds and feature types), image and label columns,
     class names and bytes, from the footers alone.
     """
-    from shard_writer import inspect_dataset
-    from shard_writer.parquet_check import inspect_parquet
+    from shard_writer import inspect_dataset, inspect_parquet
     from wdstool.format.row_groups import parquet_or
 
     info = parquet_or(
@@ -181,8 +180,7 @@ def verify_cmd(
     """
     from tqdm import tqdm
 
-    from shard_writer import UnsafeMember, verify_dataset
-    from shard_writer.parquet_check import DamagedRowGroups, verify_parquet
+    from shard_writer import DamagedRowGroups, UnsafeMember, verify_dataset, verify_parquet
     from wdstool.base.errors import UnsafeMembersError
     from wdstool.format.row_groups import parquet_or
 
