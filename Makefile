@@ -234,10 +234,10 @@ bench-scale: $(STAMP)
 	$(PY) bench/scale_bench.py --out bench/results/scale.md
 
 # Parquet read in place (bench/parquet_bench.py): a Hub-layout split written by `datasets` from
-# 2,000 of the bench JPEGs (bench/data/parquet/), streamed by wdstool, HF datasets streaming and
+# 4,000 of the bench JPEGs (bench/data/parquet/), streamed by wdstool, HF datasets streaming and
 # litdata's ParquetLoader (.venv-peers), and the same rows as tars; on disk and loopback HTTP,
 # interleaved rounds. PARQUET_ROWS, PARQUET_ROUNDS set the size.
-PARQUET_ROWS ?= 2000
+PARQUET_ROWS ?= 4000
 PARQUET_ROUNDS ?= 3
 bench-parquet: $(STAMP) $(PEERS_STAMP)
 	test -d $(BENCH_DATA)/images || $(PY) -m wdstool sample-data $(BENCH_DATA)/images --images $(BENCH_IMAGES) --classes 100 --seed 0
