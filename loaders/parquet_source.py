@@ -278,9 +278,21 @@ class _Span(io.RawIOBase):
         super().close()
 
 
+def _read_into(f: Any, n: int) -> memoryview:
+    """Up to ``n`` bytes of ``f`` in one buffer, with no copy between the reader and it."""
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
+        k = f.readinto(view[got:])
+        if not k:
+            break
+        got += k
+    return view[:got]
+
+
 def group_pieces(
     index: ParquetIndex, unit: int, access: ShardAccess, *, whole: bool = True
-) -> list[tuple[int, bytes]]:
+) -> list[tuple[int, memoryview]]:
     """The column chunks of unit ``unit`` that its reads need: (offset, bytes) each, by ranged
     reads (a local file by positioned reads). Remote chunks go through the loader's cache where
     it has one; a row group the plan splits between workers (``whole=False``) goes through the
@@ -291,7 +303,7 @@ def group_pieces(
     url = footer.url
     if not is_remote(url):
         with open(local_path(url), "rb", buffering=0) as f:
-            return [(a, os.pread(f.fileno(), b - a, a)) for a, b in spans]
+            return [(a, memoryview(os.pread(f.fileno(), b - a, a))) for a, b in spans]
     cache = None
     if access.cache_dir is not None:
         cache = ShardCache(access.cache_dir, access.cache_limit)
@@ -309,10 +321,11 @@ def group_pieces(
                 version=hashlib.sha256(version.encode()).hexdigest(),
                 size=b - a,
             )
-        else:
-            f = io.BufferedReader(_Span(url, access, a, b), buffer_size=1 << 20)  # type: ignore[assignment]
+        else:  # one GET of exactly the span, read straight into its buffer
+            f = open_shard(url, access.storage_options, retry=access.retry, limit=b)
+            f.seek(a)
         with f:
-            data = f.read(b - a)
+            data = _read_into(f, b - a)
         if len(data) != b - a:
             raise ShardError(
                 f"{url}: ends before byte {b} (row group {group}); its footer says more"

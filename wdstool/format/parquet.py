@@ -273,7 +273,7 @@ class _Pieces(io.RawIOBase):
             if at <= self._pos and end <= at + len(data):
                 out = data[self._pos - at : end - at]
                 self._pos = end
-                return bytes(out)
+                return out  # a view: pyarrow copies what it keeps
         raise OSError(f"bytes {self._pos}-{end} were not fetched")
 
     def readinto(self, b: Any) -> int:
