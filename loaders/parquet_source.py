@@ -35,10 +35,9 @@ from loaders.cache import ShardCache
 from loaders.schema import FieldsFn, SampleSchema
 from loaders.source import DatasetIndex, ShardAccess
 from loaders.source_table import cache_folder
-from wdstool.base.errors import ConfigError, ShardError
+from wdstool.base.errors import ShardError
 from wdstool.base.remote import open_shard
 from wdstool.base.urls import is_remote, local_path
-from wdstool.format.fields import FieldSpec, Kind, LabelSpec
 from wdstool.format.parquet import (
     Columns,
     Footer,
@@ -219,26 +218,11 @@ def parquet_schema(
     spec = None
     classes: tuple[str, ...] = ()
     if label is not None:
-        name = cols.label(label, where)
-        spec = LabelSpec(FieldSpec(name, Kind.BYTES, (), name))
-        classes = cols.classes.get(name, ())
-        reads.append(name)
-    specs = []
-    for key, text in (fields or {}).items():
-        name, _, path = str(text).partition(":")
-        if name not in cols.kinds:
-            raise ConfigError(
-                f"{where}: fields[{key!r}]={text!r}: no such column ({cols.describe()})"
-            )
-        if name == img:
-            raise ConfigError(f"{where}: the image column {img!r} cannot be a field too")
-        kind = cols.kinds[name]
-        read_as = Kind.JSON if path or kind not in ("string", "binary", "image") else Kind.BYTES
-        if kind == "string" and not path:
-            read_as = Kind.TEXT
-        specs.append((key, FieldSpec(name, read_as, tuple(path.split(".")) if path else (), text)))
-        if name not in reads:
-            reads.append(name)
+        spec = cols.label_spec(label, where)
+        classes = cols.classes.get(spec.ext, ())
+        reads.append(spec.ext)
+    specs = [(key, cols.field(key, text, img, where)) for key, text in (fields or {}).items()]
+    reads += [f.ext for _k, f in specs if f.ext not in reads]
     schema = replace(base, label=spec, fields=tuple(specs))
     return replace(index, image=img, reads=tuple(reads), classes=classes), schema
 

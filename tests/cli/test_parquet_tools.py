@@ -19,6 +19,7 @@ from loaders import make_loader
 from loaders.bench.baselines import samples_of
 from loaders.mixing import resolve_any
 from tests.conftest import jpeg_bytes
+from tests.support.parquet import damage_group
 from tests.support.webserver import WebServer
 from wdstool.cli import cli
 from wdstool.show import ShowConfig
@@ -102,15 +103,6 @@ def test_inspect_reads_the_footers_only(split, monkeypatch: pytest.MonkeyPatch) 
     assert "classes   3: cat, dog, eel" in r.output
 
 
-def _corrupt(path: Path, group: int) -> None:
-    """Bytes of the image column chunk of row group ``group`` overwritten: its page header."""
-    chunk = pq.read_metadata(path).row_group(group).column(0)
-    assert chunk.path_in_schema == "image.bytes"
-    with open(path, "r+b") as f:
-        f.seek(chunk.data_page_offset)
-        f.write(b"\xff" * 16)
-
-
 def test_verify_passes_then_names_the_damaged_row_group(split, tmp_path: Path) -> None:
     root, _truth = split
     r = wdstool("verify", "-q", "--decode", str(root / "data"))
@@ -122,7 +114,7 @@ def test_verify_passes_then_names_the_damaged_row_group(split, tmp_path: Path) -
     bad = tmp_path / "bad"
     shutil.copytree(root / "data", bad)
     damaged = bad / f"train-00001-of-{FILES:05d}.parquet"
-    _corrupt(damaged, 1)
+    damage_group(damaged, 1)
     r = wdstool("verify", "-q", "--json", str(bad))
     assert r.exit_code == 1
     report = json.loads(r.stdout)

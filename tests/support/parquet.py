@@ -57,3 +57,15 @@ def hub_split(
             for i in range(rows)
         ]
     return out
+
+
+def damage_group(path: Path, group: int) -> None:
+    """Overwrite the page header that starts row group ``group``'s image column chunk: the
+    group no longer decodes; the file's footer and other groups stay whole."""
+    import pyarrow.parquet as pq
+
+    chunk = pq.read_metadata(path).row_group(group).column(0)
+    assert chunk.path_in_schema == "image.bytes"
+    with open(path, "r+b") as f:
+        f.seek(chunk.data_page_offset)
+        f.write(b"\xff" * 16)

@@ -25,6 +25,7 @@ from functools import cached_property
 from typing import Any
 
 from wdstool.base.errors import ConfigError, ShardError
+from wdstool.format.fields import FieldSpec, Kind, LabelSpec
 from wdstool.format.parquet_rows import (  # rows as members: callers import them from here too
     group_columns,
     image_ext,
@@ -158,6 +159,29 @@ class Columns:
             f"{where}: label={asked!r}: no such integer column ({self.describe()}); name one "
             "(label='COLUMN') or pass label=None"
         )
+
+    def field(self, key: str, text: str, image: str | None, where: str) -> FieldSpec:
+        """The batch key ``key``'s spec ``text``: a column (``"meta:a.b"``: a path into a
+        struct column) read as a string column's text, bytes, or the value (JSON) else; a
+        ConfigError naming ``where`` for a column that is not there or is the image."""
+        column, _, path = str(text).partition(":")
+        if column not in self.kinds:
+            raise ConfigError(
+                f"{where}: fields[{key!r}]={text!r}: no such column ({self.describe()})"
+            )
+        if column == image:
+            raise ConfigError(f"{where}: fields[{key!r}]={text!r}: {image!r} is the image column")
+        kind = self.kinds[column]
+        if path or kind not in ("string", "binary", "image"):
+            read_as = Kind.JSON
+        else:
+            read_as = Kind.TEXT if kind == "string" else Kind.BYTES
+        return FieldSpec(column, read_as, tuple(path.split(".")) if path else (), str(text))
+
+    def label_spec(self, asked: str, where: str) -> LabelSpec:
+        """:meth:`label`'s column as a label spec (its values are decimal integers)."""
+        name = self.label(asked, where)
+        return LabelSpec(FieldSpec(name, Kind.BYTES, (), name))
 
     def leaves(self, column: str) -> tuple[str, ...]:
         """The column paths pyarrow reads for ``column`` (an image struct: its bytes only)."""

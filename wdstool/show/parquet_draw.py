@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from wdstool.base.errors import ConfigError, ShardError
-from wdstool.format.fields import FieldSpec, Kind, LabelSpec
+from wdstool.format.fields import FieldSpec, LabelSpec
 from wdstool.format.parquet import Columns
 from wdstool.format.parquet_rows import row_key, rows_of
 from wdstool.format.row_groups import ChunkReader, ParquetSet, open_parquet, parquet_or
@@ -121,7 +121,7 @@ def _label(cols: Columns, config: ShowConfig, where: str) -> tuple[LabelSpec | N
         if config.label == ShowConfig.label:  # the default: rows without a label column
             return None, None
         raise
-    return LabelSpec(FieldSpec(name, Kind.BYTES, (), name)), name
+    return cols.label_spec(name, where), name
 
 
 def _fields(cols: Columns, config: ShowConfig, image: str, label: str | None, where: str) -> Fields:
@@ -133,21 +133,7 @@ def _fields(cols: Columns, config: ShowConfig, image: str, label: str | None, wh
             for n in cols.names
             if n not in (image, label) and cols.kinds[n] not in ("binary", "image")
         ]
-    out = []
-    for name, text in asked:
-        column, _, path = text.partition(":")
-        if column not in cols.kinds:
-            raise ConfigError(
-                f"{where}: fields[{name!r}]={text!r}: no such column ({cols.describe()})"
-            )
-        if column == image:
-            raise ConfigError(f"{where}: fields[{name!r}]={text!r}: {image!r} is the image column")
-        kind = cols.kinds[column]
-        if path or kind not in ("string", "binary", "image"):
-            fkind = Kind.JSON
-        else:
-            fkind = Kind.TEXT if kind == "string" else Kind.BYTES
-        out.append((name, FieldSpec(column, fkind, tuple(path.split(".")) if path else (), text)))
+    out = [(name, cols.field(name, text, image, where)) for name, text in asked]
     return tuple(out)
 
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from loaders import Source, make_loader
-from tests.support.parquet import hub_split
+from tests.support.parquet import damage_group, hub_split
 from tests.support.tars import build_tar
 from tests.support.webserver import WebServer
 from wdstool.base.errors import ConfigError, ShardError
@@ -161,23 +161,13 @@ def test_a_mixture_of_parquet_and_tars(hub, tmp_path: Path) -> None:
     assert len(set(keys)) == len(keys)
 
 
-def _damage_group(path: Path, group: int) -> None:
-    """Overwrite the page header that starts one row group's image column chunk."""
-    md = pq.ParquetFile(path).metadata
-    col = md.row_group(group).column(0)
-    assert col.path_in_schema == "image.bytes"
-    with open(path, "r+b") as f:
-        f.seek(col.data_page_offset)
-        f.write(b"\xff" * 16)
-
-
 def test_a_damaged_row_group_replaces_only_its_rows(hub, tmp_path: Path) -> None:
     root, rows = hub
     import shutil
 
     data = tmp_path / "data"
     shutil.copytree(root / "data", data)
-    _damage_group(data / "train-00002-of-00004.parquet", 1)
+    damage_group(data / "train-00002-of-00004.parquet", 1)
     with pytest.raises(Exception, match=r"train-00002-of-00004.parquet: row group 1"):
         _epoch(_loader(f"{data}#train", shuffle=False))
     loader = _loader(f"{data}#train", on_error="skip", max_replaced=0.2)
