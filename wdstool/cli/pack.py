@@ -122,8 +122,9 @@ def pack_cmd(src: str, dest: str, storage_options: dict[str, Any] | None, **para
     Hub-style Parquet (images as bytes in a column, see --image-column) is packed a whole
     split at once: SRC is a .parquet file, a folder of them (or of a data/ folder, as a Hub
     repository), a glob ('data/train-*.parquet'), an s3:// prefix or glob, or
-    hf://datasets/ORG/NAME[@REV][/PATH] (listed by the Hub's API, HF_ENDPOINT); SRC#SPLIT or
-    --split keeps one split (a source of several splits needs one). Keys are the loader's for
+    hf://datasets/ORG/NAME (a revision as NAME@REV, a folder after it; listed by the Hub API,
+    HF_ENDPOINT); SRC#SPLIT or --split keeps one split (a source of several splits needs
+    one). Keys are the loader's for
     the same rows, unique across the files: FILE-ROW (FILE: the file's path below the files'
     folder, ROW: the row in it, from 000000). The files are read row group by row group:
     --shuffle permutes the (file, row group) pairs and the rows within each; --no-shuffle keeps
