@@ -77,8 +77,9 @@ def test_train_ddp_two_epochs(
             assert st["epoch_so_far"]["steps"] == e["steps"]
             assert st["epoch_so_far"]["samples"] == len(e["keys"])
             # the loop's clock around next() also holds the loader's own work on each batch
-            # after the wait (unwrap, count, watch): up to ~1 ms a step on a loaded machine
-            slack = 0.05 * e["wait_s"] + 0.005 + 0.001 * e["steps"]
+            # after the wait (unwrap, count, watch): up to ~1 ms a step on a loaded machine, and
+            # a descheduled rank's 10 ms now and then (make test-full: 15 ms over 7 steps once)
+            slack = 0.05 * e["wait_s"] + 0.01 + 0.002 * e["steps"]
             assert abs(st["epoch_so_far"]["wait_s"] - e["wait_s"]) <= slack, (st, e["wait_s"])
             assert st["epoch_so_far"]["stages_s"]["decode"] > 0
     assert proc.stdout.count("epoch 1 loader: ") == 1
