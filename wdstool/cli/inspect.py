@@ -87,15 +87,14 @@ def inspect_cmd(
             f"+{v['added_shards']} shards +{v['added_samples']} samples -> {v['shards']} "
             f"shards, {v['samples']} samples; input {inputs}"
         )
-    for s in info["shards"][:5]:
-        click.echo(
-            f"  {s['url']}  {s['nsamples']} samples  {format_size(s['filesize'])}  "
+    _echo_first(
+        info,
+        "shards",
+        lambda s: (
+            f"{s['url']}  {s['nsamples']} samples  {format_size(s['filesize'])}  "
             f"sha256 {s['sha256'][:12]}"
-        )
-    if len(info["shards"]) > 5:
-        click.echo(f"  ... {len(info['shards']) - 5} more shards")
-    if info["sample_keys"]:
-        click.echo("first keys: " + ", ".join(info["sample_keys"]))
+        ),
+    )
 
 
 def _echo_parquet(info: dict[str, Any]) -> None:
@@ -121,13 +120,22 @@ def _echo_parquet(info: dict[str, Any]) -> None:
             f"classes   {len(classes)}: {', '.join(classes[:10])}"
             + (" ..." if len(classes) > 10 else "")
         )
-    for f in info["files"][:5]:
-        click.echo(
-            f"  {f['url']}  {f['rows']} rows  {f['row_groups']} row groups  "
-            f"{format_size(f['bytes'])}"
-        )
-    if len(info["files"]) > 5:
-        click.echo(f"  ... {len(info['files']) - 5} more files")
+    _echo_first(
+        info,
+        "files",
+        lambda f: (
+            f"{f['url']}  {f['rows']} rows  {f['row_groups']} row groups  {format_size(f['bytes'])}"
+        ),
+    )
+
+
+def _echo_first(info: dict[str, Any], what: str, line: Any) -> None:
+    """The first five of ``info[what]`` (shards, files) a line each, how many more, the first
+    keys."""
+    for item in info[what][:5]:
+        click.echo(f"  {line(item)}")
+    if len(info[what]) > 5:
+        click.echo(f"  ... {len(info[what]) - 5} more {what}")
     if info["sample_keys"]:
         click.echo("first keys: " + ", ".join(info["sample_keys"]))
 
