@@ -128,7 +128,8 @@ def _host_lock(
         return
     folder = cache_folder(cache_dir) / "parquet-listings"
     options = json.dumps(storage_options or {}, sort_keys=True, default=str)
-    key = hashlib.sha256(f"{source}\0{options}".encode()).hexdigest()
+    endpoint = os.environ.get("HF_ENDPOINT", "") if source.startswith("hf://") else ""
+    key = hashlib.sha256(f"{source}\0{options}\0{endpoint}".encode()).hexdigest()
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd = os.open(folder / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)

@@ -38,6 +38,7 @@ from wdstool.format.parquet import (
 )
 from wdstool.format.parquet_files import (
     ParquetObject,
+    hub_folder,
     is_parquet_source,
     list_parquet,
     parquet_in,
@@ -111,7 +112,7 @@ def hub_scan(
     """SRC as Hub Parquet, or None when it is something else (a listing of paths, an
     ImageFolder tree). ``on_total``/``progress``: the scan's files ("scan" phase)."""
     url, split = _split(src, options.split)
-    by_form = split is not None or is_parquet_source(url)
+    by_form = split is not None or is_parquet_source(url) or hub_folder(url)
     if not by_form and not _holds_parquet(url, storage_options):
         if options.image_column is not None:
             raise ConfigError(f"{src}: image_column= applies to a Parquet SRC")

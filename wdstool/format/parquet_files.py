@@ -72,16 +72,24 @@ def split_source(source: str) -> tuple[str, str | None]:
     return (url, split or None) if sep else (source, None)
 
 
+class NoParquet(ShardError):
+    """A source that names no ``.parquet`` file."""
+
+
 def is_parquet_source(source: str) -> bool:
     """Does ``source`` name Parquet files by its form alone (a ``.parquet`` file, glob or brace
-    pattern; a Hub data set repository or a folder of one that is not a tar pattern)?"""
+    pattern)?"""
     url, _split = split_source(source)
-    if url.lower().rstrip("/").endswith(SUFFIX):
-        return True
-    m = _HF.match(url)
+    return url.lower().rstrip("/").endswith(SUFFIX)
+
+
+def hub_folder(source: str) -> bool:
+    """Is ``source`` a Hub data set repository or a folder of one (not a tar pattern, a tar or
+    an index)? Its files say whether it is Parquet: one listing, which it needs anyway."""
+    m = _HF.match(split_source(source)[0])
     if m is None:
         return False
-    path = m.group("path").lower()
+    path = m.group("path").lower().rstrip("/")
     return not (path.endswith((".tar", ".json")) or "{" in path)
 
 
@@ -118,7 +126,7 @@ def list_parquet(
     else:
         found = _local_files(url)
     if not found:
-        raise ShardError(f"{source}: no .parquet files there")
+        raise NoParquet(f"{source}: no .parquet files there")
     found = sorted(found, key=lambda o: o.url)
     splits = {o.url: split_of(o.url) for o in found}
     if split is not None:
@@ -266,7 +274,9 @@ def _next_link(link: str) -> str | None:
 
 
 __all__ = [
+    "NoParquet",
     "ParquetObject",
+    "hub_folder",
     "is_parquet_source",
     "list_parquet",
     "parquet_in",

@@ -33,7 +33,9 @@ from wdstool.format.parquet import (
     same_columns,
 )
 from wdstool.format.parquet_files import (
+    NoParquet,
     ParquetObject,
+    hub_folder,
     is_parquet_source,
     list_parquet,
     parquet_in,
@@ -198,12 +200,18 @@ def parquet_or(
     tar: Callable[[], T],
     parquet: Callable[[], T],
 ) -> T:
-    """``parquet()`` where ``source`` names Parquet files by its form, else ``tar()``; where
+    """``parquet()`` where ``source`` names Parquet files by its form (or is a Hub repository
+    whose files are Parquet), else ``tar()``; where
     that fails and the folder ``source`` names holds ``.parquet`` files and no ``.tar``
     shards, ``parquet()`` (as ``make_loader`` resolves a source: a damaged tar data set
     stays a tar data set's error)."""
     if is_parquet_source(source):
         return parquet()
+    if hub_folder(source):  # a Hub repository: Parquet where its listing holds any
+        try:
+            return parquet()
+        except NoParquet:
+            return tar()
     try:
         return tar()
     except WdsToolError:

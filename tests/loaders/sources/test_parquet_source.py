@@ -347,3 +347,32 @@ def test_fields_reach_into_struct_columns_and_names_need_not_be_extensions(tmp_p
         _loader(str(tmp_path / "one.parquet"), output=Interleaved(), label=None)
     with pytest.raises(ConfigError, match=r"'pixel_values' is a key the loader fills itself"):
         _loader(str(tmp_path / "one.parquet"), fields={"pixel_values": "tags"})
+
+
+def test_a_hub_repository_is_parquet_by_its_files_or_a_webdataset_by_its_index(
+    hub, tmp_path, monkeypatch
+) -> None:
+    """``hf://datasets/ORG/NAME`` names a Parquet data set where its files are Parquet, and a
+    WebDataset repository (tars and an index.json) as before."""
+    import shutil
+
+    root, rows = hub
+    shutil.copytree(root / "data", tmp_path / "pq" / "data")
+    wds = tmp_path / "wds"
+    wds.mkdir()
+    (wds / "s-0.tar").write_bytes(
+        build_tar([(r["key"], {"jpg": r["image"], "cls": b"1"}) for r in rows[:20]])
+    )
+    index = {
+        "__kind__": "wids-shard-index-v1",
+        "wids_version": 1,
+        "shardlist": [{"url": "s-0.tar", "nsamples": 20}],
+    }
+    (wds / "index.json").write_text(json.dumps(index))
+    with WebServer(tmp_path) as srv:
+        monkeypatch.setenv("HF_ENDPOINT", srv.url)
+        assert len(_loader("hf://datasets/someone/pets/pq#train", batch=10)) == 40
+        tars = _loader("hf://datasets/someone/shards/wds", batch=10, label=None)
+        assert sorted(k for b in _epoch(tars) for k in b["keys"]) == sorted(
+            r["key"] for r in rows[:20]
+        )
