@@ -12,7 +12,7 @@ from tests.support.parquet import hub_split
 from tests.support.torchrun import torchrun
 from tests.support.webserver import WebServer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.full]  # make test-full: make test stays <= 10 min
 
 
 def test_two_ranks_train_on_a_hub_split_read_in_place(tmp_path: Path, monkeypatch) -> None:
