@@ -46,10 +46,8 @@ from shard_writer.probe import EncodeOptions, ImageInfo, Payload, info_of, rewri
 from shard_writer.scan import Skipped, SourceFile, printable
 from shard_writer.write import ShardTask
 from wdstool.base.errors import InputError
-from wdstool.format.parquet import (
-    Footer,
-    group_columns,
-)
+from wdstool.format.parquet import Footer
+from wdstool.format.parquet_rows import group_columns
 from wdstool.format.row_groups import ChunkReader
 
 

@@ -29,21 +29,16 @@ from wdstool.base.credentials import redact
 from wdstool.base.errors import ConfigError, InputError, ShardError
 from wdstool.base.urls import is_remote, local_path
 from wdstool.base.web import is_web
-from wdstool.format.parquet import (
-    Footer,
-    columns_of,
-    key_prefixes,
-    row_key,
-    same_columns,
-)
+from wdstool.format.indexes import split_fragment
+from wdstool.format.parquet import Footer, columns_of, same_columns
 from wdstool.format.parquet_files import (
     ParquetObject,
     hub_folder,
     is_parquet_source,
     list_parquet,
     parquet_in,
-    split_source,
 )
+from wdstool.format.parquet_rows import key_prefixes, row_key
 from wdstool.format.row_groups import ChunkReader, read_footers
 
 THREADS = 8  # files whose footers and small columns the scan reads at once
@@ -238,7 +233,7 @@ def hub_scan(
 
 def _split(src: str, option: str | None) -> tuple[str, str | None]:
     """(SRC without its ``#SPLIT``, the split asked for by either)."""
-    url, fragment = split_source(src)
+    url, fragment = split_fragment(src)
     if fragment is not None and not is_remote(src) and os.path.exists(local_path(src)):
         url, fragment = src, None  # a local name with a '#' in it
     if option is not None and fragment is not None and option != fragment:

@@ -15,8 +15,8 @@ from tests.conftest import dir_bytes, run_cli
 from tests.support.parquet import CLASSES, hub_split
 from tests.support.tar_reference import dataset_samples
 from tests.support.webserver import WebServer
-from wdstool.format.parquet import key_prefixes, row_key
 from wdstool.format.parquet_files import list_parquet
+from wdstool.format.parquet_rows import key_prefixes, row_key
 
 SIZE = (40, 56)
 ROWS, GROUP = 100, 50  # rows a file, rows a row group: 2 row groups a file

@@ -26,14 +26,6 @@ from typing import Any
 
 from wdstool.base.errors import ConfigError, ShardError
 from wdstool.format.fields import FieldSpec, Kind, LabelSpec
-from wdstool.format.parquet_rows import (  # rows as members: callers import them from here too
-    group_columns,
-    image_ext,
-    key_prefixes,
-    member_bytes,
-    row_key,
-    rows_of,
-)
 
 # bytes read at a file's end for its footer: a 32nd of the file, between 8 and 64 KB (a second
 # read where the footer is longer); a footer grows with the row groups and columns
@@ -329,14 +321,8 @@ __all__ = [
     "Columns",
     "Footer",
     "columns_of",
-    "group_columns",
     "group_spans",
-    "image_ext",
-    "key_prefixes",
-    "member_bytes",
     "read_footer",
     "read_group",
-    "row_key",
-    "rows_of",
     "same_columns",
 ]

@@ -43,6 +43,7 @@ from wdstool.base.web import (
     request,
     web_size,
 )
+from wdstool.format.indexes import split_fragment
 
 SUFFIX = ".parquet"
 _GLOB = re.compile(r"[*?\[]")
@@ -66,12 +67,6 @@ class ParquetObject:
     version: str | None = None
 
 
-def split_source(source: str) -> tuple[str, str | None]:
-    """``URL#train`` -> (``URL``, ``train``)."""
-    url, sep, split = source.rpartition("#")
-    return (url, split or None) if sep else (source, None)
-
-
 class NoParquet(ShardError):
     """A source that names no ``.parquet`` file."""
 
@@ -79,14 +74,14 @@ class NoParquet(ShardError):
 def is_parquet_source(source: str) -> bool:
     """Does ``source`` name Parquet files by its form alone (a ``.parquet`` file, glob or brace
     pattern)?"""
-    url, _split = split_source(source)
+    url, _split = split_fragment(source)
     return url.lower().rstrip("/").endswith(SUFFIX)
 
 
 def hub_folder(source: str) -> bool:
     """Is ``source`` a Hub data set repository or a folder of one (not a tar pattern, a tar or
     an index)? Its files say whether it is Parquet: one listing, which it needs anyway."""
-    m = _HF.match(split_source(source)[0])
+    m = _HF.match(split_fragment(source)[0])
     if m is None:
         return False
     path = m.group("path").lower().rstrip("/")
@@ -115,7 +110,7 @@ def list_parquet(
 ) -> list[ParquetObject]:
     """The Parquet files ``source`` names (``#SPLIT`` or ``split`` keeps one split), sorted by
     URL; a one-line error naming the source where it names none or several splits unasked."""
-    url, fragment = split_source(source)
+    url, fragment = split_fragment(source)
     split = split or fragment
     if url.startswith("hf://"):
         found = _hub_files(url, storage_options)
@@ -281,5 +276,4 @@ __all__ = [
     "list_parquet",
     "parquet_in",
     "split_of",
-    "split_source",
 ]

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from wdstool.base.errors import ShardError, StorageError, WdsToolError
 from wdstool.base.objects import Missing, SpanReader
+from wdstool.format.indexes import split_fragment
 from wdstool.format.parquet import (
     Columns,
     Footer,
@@ -39,7 +40,6 @@ from wdstool.format.parquet_files import (
     is_parquet_source,
     list_parquet,
     parquet_in,
-    split_source,
 )
 from wdstool.format.parquet_rows import key_prefixes
 from wdstool.format.shardlist import tars_in
@@ -215,7 +215,7 @@ def parquet_or(
     try:
         return tar()
     except WdsToolError:
-        folder = split_source(source)[0]
+        folder = split_fragment(source)[0]
         if not parquet_in(folder, storage_options) or tars_in(folder, storage_options):
             raise
     return parquet()
