@@ -42,9 +42,8 @@ def loader_sources(
     if isinstance(source, str | os.PathLike):
         url = os.fspath(source)
         index, schema = _resolved(
-            url, storage_options, access, skip_damaged, (label, fields, fields_fn, None), url
+            url, storage_options, access, skip_damaged, one_image, label, fields, fields_fn
         )
-        _one_image(index, one_image, url)
         return [LoaderSource(url, index, access, schema)], False
     listed = [source] if isinstance(source, Source) else list(source)
     if not listed:
@@ -59,20 +58,16 @@ def loader_sources(
         options = src.get("storage_options", storage_options)
         src_access = access if options is storage_options else _with_options(access, options)
         args = (src.get("label", label), src.get("fields", fields), src.get("fields_fn", fields_fn))
-        where = f"source[{n}] {src.url}"
         try:
             index, schema = _resolved(
-                src.url, options, src_access, skip_damaged, (*args, src.image), where
+                src.url, options, src_access, skip_damaged, one_image, *args, image=src.image
             )
         except ConfigError as exc:
-            raise ConfigError(
-                exc.message if exc.message.startswith("source[") else f"source[{n}] {exc.message}"
-            ) from None
+            raise ConfigError(f"source[{n}] {exc.message}") from None
         except WdsToolError as exc:
-            raise ConfigError(f"{where}: {exc.message}") from None
+            raise ConfigError(f"source[{n}] {src.url}: {exc.message}") from None
         if index.num_samples <= 0:
-            raise ConfigError(f"{where}: no samples (weight {src.weight})")
-        _one_image(index, one_image, where)
+            raise ConfigError(f"source[{n}] {src.url}: no samples (weight {src.weight})")
         out.append(LoaderSource(src.url, index, src_access, schema, float(src.weight)))
     return out, True
 
@@ -99,33 +94,33 @@ def _resolved(
     storage_options: dict[str, Any] | None,
     access: ShardAccess,
     skip_damaged: bool,
-    schema_args: tuple[Any, Any, Any, str | None],
-    where: str,
+    one_image: bool,
+    label: str | None,
+    fields: Mapping[str, str] | None,
+    fields_fn: FieldsFn | None,
+    image: str | None = None,
 ) -> tuple[DatasetIndex, SampleSchema]:
-    """A source's index and schema: for tar shards, make_loader's arguments checked before any
-    read and the label against the source; for Parquet, the arguments on its columns."""
-    label, fields, fields_fn, image = schema_args
+    """A source's index and schema; errors name ``url``. For tar shards make_loader's arguments
+    are checked before any read and the label against the source; for Parquet, the arguments
+    on its columns (``one_image`` false: a kind that needs more than one image a row)."""
     schema = None
     if not is_parquet_source(url):  # errors in the arguments before any I/O
         schema = SampleSchema.build(label, fields, fields_fn)
     index = resolve_any(url, storage_options, access, skip_damaged)
     if isinstance(index, ParquetIndex):
-        return parquet_schema(index, label, fields, fields_fn, image, where)
+        if not one_image:
+            raise ConfigError(
+                f"{url}: a Parquet source holds one image a row: read it with the image kinds "
+                "(clips and interleaved samples need their members packed: `wdstool pack`)"
+            )
+        return parquet_schema(index, label, fields, fields_fn, image, url)
     if image is not None:
         raise ConfigError(
-            f"{where}: image={image!r} names a Parquet column; this is no Parquet source"
+            f"{url}: image={image!r} names a Parquet column; this is no Parquet source"
         )
     assert schema is not None
     check_label(index, schema, access)
     return index, schema
-
-
-def _one_image(index: DatasetIndex, one_image: bool, where: str) -> None:
-    if isinstance(index, ParquetIndex) and not one_image:
-        raise ConfigError(
-            f"{where}: a Parquet source holds one image a row: read it with the image kinds "
-            "(clips and interleaved samples need their members packed: `wdstool pack`)"
-        )
 
 
 def _with_options(access: ShardAccess, options: dict[str, Any] | None) -> ShardAccess:
