@@ -294,8 +294,9 @@ def group_pieces(
         cache = ShardCache(access.cache_dir, access.cache_limit)
     elif not whole:
         cache = ShardCache(cache_folder(None) / "parquet-chunks", SHARED_LIMIT)
-    # the footer's hash tells versions apart where the store gives no tag
-    version = footer.version or hashlib.sha256(footer.tail).hexdigest()
+    # a cache entry's version: the file's, else its footer's bytes (where the store gives none)
+    tag = footer.version.encode() if footer.version else footer.tail
+    version = hashlib.sha256(tag).hexdigest()
     out = []
     for a, b in spans:
         if cache is not None:
@@ -303,7 +304,7 @@ def group_pieces(
                 f"{url}#bytes={a}-{b}",
                 _Span(url, access, a, b),  # type: ignore[arg-type]
                 reopen=lambda a=a, b=b: _Span(url, access, a, b),  # type: ignore[misc]
-                version=hashlib.sha256(version.encode()).hexdigest(),
+                version=version,
                 size=b - a,
             )
         else:  # one GET of exactly the span, read straight into its buffer

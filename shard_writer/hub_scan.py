@@ -242,14 +242,14 @@ def _split(src: str, option: str | None) -> tuple[str, str | None]:
 
 
 def _holds_parquet(url: str, storage_options: dict[str, Any] | None) -> bool:
-    """Is ``url`` a folder or prefix with ``.parquet`` files in it or in its ``data/``?"""
+    """Is ``url`` a folder or prefix with ``.parquet`` files in it or up to two folders below
+    (its ``data/``, as in a Hub repository)?"""
     if not is_remote(url):
         if not os.path.isdir(local_path(url)):
             return False
     elif is_web(url) or posixpath.splitext(url.rstrip("/"))[1].lower() in FORMATS:
         return False  # no listing to glob, or a listing file's URL: never a prefix to list
-    base = url.rstrip("/")
-    return parquet_in(base, storage_options) or parquet_in(f"{base}/data", storage_options)
+    return parquet_in(url.rstrip("/"), storage_options)
 
 
 def _not_images(
