@@ -201,10 +201,9 @@ def parquet_or(
     parquet: Callable[[], T],
 ) -> T:
     """``parquet()`` where ``source`` names Parquet files by its form (or is a Hub repository
-    whose files are Parquet), else ``tar()``; where
-    that fails and the folder ``source`` names holds ``.parquet`` files and no ``.tar``
-    shards, ``parquet()`` (as ``make_loader`` resolves a source: a damaged tar data set
-    stays a tar data set's error)."""
+    whose files are Parquet), else ``tar()``; where that fails and the folder ``source`` names
+    holds ``.parquet`` files and no ``.tar`` shards, ``parquet()`` (as ``make_loader``
+    resolves a source: a damaged tar data set stays a tar data set's error)."""
     if is_parquet_source(source):
         return parquet()
     if hub_folder(source):  # a Hub repository: Parquet where its listing holds any
