@@ -10,6 +10,7 @@ markers, sizes and sha256 agree), run the other tasks on the engine, fsync, writ
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -26,10 +27,12 @@ from wdstool.format.interleaved import InterleavedShard, totals
 from wdstool.format.manifest import (
     MANIFEST_NAME,
     NO_VIDEOS,
+    Manifest,
     ShardEntry,
     VideoTotals,
     build_manifest,
 )
+from wdstool.format.sample_offsets import OFFSETS_NAME, offsets_bytes, read_all
 from wdstool.format.shard_table import SIDE_NAME, side_bytes
 
 
@@ -126,6 +129,7 @@ def commit(
         )
     if job.options.sync:
         dest.sync(names)
+    manifest = _write_offsets(dest, manifest, job.base, outcomes)
     side = side_bytes(manifest)  # a large data set's shard table, before the manifest it names
     if side is not None:
         dest.write_bytes(SIDE_NAME, side)
@@ -161,6 +165,35 @@ def commit(
         workers=engine.workers,
         extra=extra,
     )
+
+
+def _write_offsets(
+    dest: Destination, manifest: Manifest, base: Base | None, outcomes: Sequence[ShardOutcome]
+) -> Manifest:
+    """Write every sample's offset beside the manifest (before it: the manifest names the file)
+    and return the manifest that names it; an earlier file is removed where there is none.
+    An append carries the data set's offsets over (unknown for shards packed without them)."""
+    old: list[tuple[int, ...] | None] = []
+    if base is not None:
+        shards = base.manifest.shards
+        of = base.manifest.sample_offsets
+        data = dest.read_bytes(of.name) if of is not None else None
+        if of is not None and data is not None and len(data) == of.span(of.samples, 0)[0]:
+            old = read_all(data, of, [s.nsamples for s in shards])
+        else:
+            old = [None] * len(shards)
+    written = offsets_bytes(
+        [*old, *(o.offsets for o in outcomes)],
+        [s.filesize for s in manifest.shards],
+        [s.nsamples for s in manifest.shards],
+    )
+    if written is None:
+        if dest.exists(OFFSETS_NAME):  # an earlier version's: it names other shards
+            dest.remove(OFFSETS_NAME)
+        return manifest
+    data, of = written
+    dest.write_bytes(of.name, data)
+    return dataclasses.replace(manifest, sample_offsets=of)
 
 
 def restart_summary(outcomes: Sequence[ShardOutcome]) -> dict[str, Any]:

@@ -175,15 +175,22 @@ class Destination:
     def open_read(self, name: str):
         return self.fs.open(self.path(name), "rb")
 
-    def read_json(self, name: str) -> Any | None:
+    def read_bytes(self, name: str) -> bytes | None:
+        """The whole file ``name``; None where there is none."""
+
         def read() -> bytes:
             self.fs.invalidate_cache(self.path(name))
             with self.fs.open(self.path(name), "rb") as f:
                 return f.read()
 
         try:
-            data = self._call(name, read, missing_ok=True)
+            return self._call(name, read, missing_ok=True)
         except FileNotFoundError:
+            return None
+
+    def read_json(self, name: str) -> Any | None:
+        data = self.read_bytes(name)
+        if data is None:
             return None
         try:
             return json.loads(data)

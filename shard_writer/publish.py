@@ -3,6 +3,7 @@ back a dataset that is already complete."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -15,6 +16,7 @@ from shard_writer.scan import Scan
 from shard_writer.write import ShardOutcome, hash_file, marker_name
 from wdstool.base.errors import DestinationError, ShardError
 from wdstool.format.manifest import MANIFEST_NAME, manifest_from_json
+from wdstool.format.tar_index import scan_shard
 
 log = logging.getLogger(__name__)
 STATE_NAME = f"{STATE_DIR}/state.json"
@@ -102,6 +104,11 @@ def reusable(dest: Destination, name: str) -> ShardOutcome | None:
     if hash_file(dest, name) != (outcome.filesize, outcome.sha256):
         log.warning("%s: content differs from its marker; rewriting", dest.display(name))
         return None
+    if outcome.offsets is None:  # a marker written before offsets were recorded: a local read
+        with open(dest.path(name), "rb", buffering=0) as f:
+            offsets = scan_shard(f, dest.display(name)).offsets
+        if offsets is not None and len(offsets) == outcome.nsamples:
+            outcome = dataclasses.replace(outcome, offsets=offsets)
     return outcome
 
 

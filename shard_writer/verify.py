@@ -29,7 +29,13 @@ from wdstool.base.remote import open_shard
 from wdstool.format.images import IMAGE_EXTENSIONS
 from wdstool.format.indexes import split_fragment
 from wdstool.format.interleaved import is_interleaved, per_sample
-from wdstool.format.manifest import Manifest, manifest_url_for, resolve_shard_url
+from wdstool.format.manifest import (
+    Manifest,
+    manifest_url_for,
+    recorded_offsets,
+    resolve_shard_url,
+)
+from wdstool.format.sample_offsets import OFFSETS_NAME
 from wdstool.format.shard_formats import TAR, format_for
 from wdstool.format.shardlist import is_pattern
 from wdstool.format.tar_read import ObservedTarSampleReader, TarMember
@@ -246,12 +252,14 @@ def verify_shard(
     on_unsafe: Callable[[UnsafeMember], object] | None = None,
     member_sets: MemberSets | None = None,
     totals: list[int] | None = None,
+    offsets: tuple[int, ...] | None = None,
 ) -> list[UnsafeMember]:
     """Check one shard; raise ShardError at its first problem, except members unsafe to
     extract: those are returned (and passed to ``on_unsafe`` as they are found). Each sample's
     member set goes to ``member_sets``; its samples and bytes are added to ``totals``. A count
     or size the index does not give (-1) is not checked. ``totals``: [samples, bytes, videos,
-    images of samples of several images]."""
+    images of samples of several images]. ``offsets``: where the manifest's offsets file says
+    each sample starts (None: it does not say)."""
     entry = manifest.shards[index]
     url = resolve_shard_url(base, entry.url)
     try:
@@ -302,6 +310,13 @@ def verify_shard(
                 )
             if member_sets is not None:
                 member_sets.see(url, sample.key, sample.parts)
+            if offsets is not None and (n >= len(offsets) or offsets[n] != sample.offset):
+                said = offsets[n] if n < len(offsets) else "nothing"
+                raise ShardError(
+                    f"{url}: sample {sample.key!r} starts at byte {sample.offset}, "
+                    f"{OFFSETS_NAME} says {said} (re-pack, or remove the file and "
+                    "'sample_offsets' from the manifest)"
+                )
             if len(labelled) > 1:
                 raise ShardError(
                     f"{url}: sample {sample.key!r}: some samples have a .cls, some not"
@@ -343,6 +358,7 @@ def verify_dataset(
     unsafe: list[UnsafeMember] = []
     member_sets = MemberSets()
     totals = [0, 0, 0, 0]
+    offsets = recorded_offsets(manifest, base, storage_options)
     for i in range(len(manifest.shards)):
         unsafe += verify_shard(
             manifest,
@@ -354,6 +370,7 @@ def verify_dataset(
             on_unsafe=on_unsafe,
             member_sets=member_sets,
             totals=totals,
+            offsets=offsets[i],
         )
     warning = member_sets.warning()
     report = {

@@ -3,7 +3,9 @@
 This runs inside pack's worker processes (or inline with one worker). Its inputs are a picklable
 :class:`ShardTask`; its output a :class:`ShardOutcome`, also recorded in a small marker file so an
 interrupted pack can reuse the shard. :func:`write_published` is that write -> hash -> publish ->
-marker path for any producer of tar members (reshard's copy task uses it too).
+marker path for any producer of tar members (reshard's copy task uses it too); it also reads
+back the local copy's headers for each sample's offset, which the manifest's offsets file
+records (~30 ms for a shard of 10,000 samples, from the page cache).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from shard_writer.members import sample_members
 from shard_writer.probe import EncodeOptions, Payload, payload_for
 from shard_writer.scan import describe
 from wdstool.base.errors import DestinationError, InputError
+from wdstool.format.tar_index import scan_shard
 from wdstool.format.tar_write import END, write_member
 
 
@@ -71,9 +74,11 @@ class ShardOutcome:
     etag: str | None = None  # as stored (remote destinations)
     # what restart_markers did to its images: {"added": n, reason kept: n, ...}
     restarts: dict[str, int] = field(default_factory=dict)
+    # where each sample starts (None: not known, a marker written before they were recorded)
+    offsets: tuple[int, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        out = {
+        out: dict[str, Any] = {
             "name": self.name,
             "nsamples": self.nsamples,
             "filesize": self.filesize,
@@ -81,6 +86,8 @@ class ShardOutcome:
             "source_bytes": self.source_bytes,
             "etag": self.etag,
         }
+        if self.offsets is not None:
+            out["offsets"] = list(self.offsets)
         return {**out, "restarts": self.restarts} if self.restarts else out
 
     @classmethod
@@ -93,7 +100,14 @@ class ShardOutcome:
             source_bytes=int(obj.get("source_bytes", 0)),
             etag=obj.get("etag"),
             restarts={str(k): int(v) for k, v in obj.get("restarts", {}).items()},
+            offsets=_marker_offsets(obj.get("offsets"), int(obj["nsamples"])),
         )
+
+
+def _marker_offsets(raw: Any, nsamples: int) -> tuple[int, ...] | None:
+    if not isinstance(raw, list) or len(raw) != nsamples:
+        return None
+    return tuple(int(v) for v in raw)
 
 
 def marker_name(shard: str) -> str:
@@ -232,6 +246,8 @@ def write_published(
                 except BaseException:
                     sink.abort()
                     raise
+            with open(tmp, "rb", buffering=0) as back:  # headers only: data is seeked past
+                offsets = scan_shard(back, dest.display(name)).offsets
         except OSError as exc:  # disk full, file size limit, I/O error: name the shard
             where = "" if dest.local else f" (local temporary copy {tmp})"
             raise DestinationError(
@@ -252,6 +268,7 @@ def write_published(
         source_bytes=source_bytes,
         etag=stored_etag,
         restarts=restarts,
+        offsets=offsets if offsets is not None and len(offsets) == nsamples else None,
     )
     dest.write_bytes(marker_name(name), json.dumps(outcome.to_json()).encode("ascii"))
     return outcome

@@ -41,7 +41,8 @@ def test_index_objects_next_to_shards_on_s3(s3_dataset: str, s3_server, tmp_path
     assert summary["index_files"] == [f"{s3_dataset}/{n}" for n in names]
     fs.invalidate_cache()
     listed = sorted(p.rsplit("/", 1)[1] for p in fs.find(prefix))
-    assert listed == sorted(["index.json"] + [e["url"] for e in manifest["shardlist"]] + names)
+    shards = [e["url"] for e in manifest["shardlist"]]
+    assert listed == sorted(["index.json", "index.offsets.npy", *shards, *names])
     for e, name in zip(manifest["shardlist"], names, strict=True):
         tar = fs.cat_file(f"{prefix}/{e['url']}")
         text = fs.cat_file(f"{prefix}/{name}").decode()

@@ -43,7 +43,7 @@ def test_cli_writes_one_index_per_shard_next_to_it(packed: Path) -> None:
     ]
     # nothing else appeared: no temporary file left behind
     assert visible(packed) == sorted(
-        ["index.json"]
+        ["index.json", "index.offsets.npy"]
         + [e["url"] for e in shards]
         + [e["url"].replace(".tar", ".idx") for e in shards]
     )

@@ -26,6 +26,7 @@ from shard_writer.write import ShardOutcome, marker_name
 from tests.conftest import dir_bytes, make_tree
 from tests.support.countproxy import CountingProxy
 from wdstool.base.errors import DestinationError, ShardError
+from wdstool.format.tar_index import scan_shard
 
 OPTIONS = PackOptions(workers=1, max_count=4)
 
@@ -205,9 +206,11 @@ def test_on_s3_the_etag_stands_for_the_bytes(packed, s3_server, s3_bucket: str) 
         client.put_object(Bucket=s3_bucket, Key=f"ds/{STATE_NAME}", Body=state)
         for e in manifest["shardlist"]:
             etag = client.head_object(Bucket=s3_bucket, Key=f"ds/{e['url']}")["ETag"]
+            with open(ref / e["url"], "rb") as f:  # the marker says where its samples lie
+                offsets = scan_shard(f, e["url"]).offsets
             outcome = ShardOutcome(
                 name=e["url"], nsamples=e["nsamples"], filesize=e["filesize"],
-                sha256=e["sha256"], source_bytes=1, etag=etag,
+                sha256=e["sha256"], source_bytes=1, etag=etag, offsets=offsets,
             )  # fmt: skip
             body = json.dumps(outcome.to_json())
             client.put_object(Bucket=s3_bucket, Key=f"ds/{marker_name(e['url'])}", Body=body)
@@ -256,6 +259,7 @@ def test_overwrite_removes_only_this_packs_files(packed, tmp_path: Path) -> None
     assert names == sorted(
         [
             "index.json",
+            "index.offsets.npy",
             "notes.txt",
             "other.tar",
             "val-000000.tar",

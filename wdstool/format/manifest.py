@@ -8,8 +8,9 @@ with videos says how many and their duration in all (``"videos": {"count", "seco
 without videos, so an image data set's manifest is what it always was); one of samples with
 several images and texts keeps, per shard, each sample's image count, image sizes and text
 length (``"interleaved"``: :mod:`wdstool.format.interleaved` describes the lists), and their
-totals at the top (``"interleaved": {"samples", "images", "chars"}``), both absent otherwise.
-Shard URLs are relative to the manifest. Serialisation is canonical (sorted keys, fixed
+totals at the top (``"interleaved": {"samples", "images", "chars"}``), both absent otherwise;
+``"sample_offsets"`` names the file of every sample's byte offset written beside it
+(:mod:`wdstool.format.sample_offsets`). Shard URLs are relative to the manifest. Serialisation is canonical (sorted keys, fixed
 separators), so the same dataset always gives the same bytes.
 """
 
@@ -29,6 +30,7 @@ from wdstool.format.interleaved import (
     compact_lists,
     totals,
 )
+from wdstool.format.sample_offsets import OffsetsFile, read_all
 from wdstool.format.versions import Version, parse_versions
 
 MANIFEST_NAME = "index.json"
@@ -94,6 +96,8 @@ class Manifest:
     # per shard, the facts of its samples of several images (None: a shard of other samples);
     # () for a data set without any
     facts: tuple[InterleavedShard | None, ...] = ()
+    # every sample's offset, in a file beside the manifest (pack writes it; None: not recorded)
+    sample_offsets: OffsetsFile | None = None
 
     def __post_init__(self) -> None:
         if self.facts and len(self.facts) != len(self.shards):
@@ -140,6 +144,8 @@ class Manifest:
             out["versions"] = [v.to_json() for v in self.versions]
         if self.videos.count:
             out["videos"] = self.videos.to_json()
+        if self.sample_offsets is not None:
+            out["sample_offsets"] = self.sample_offsets.to_json()
         interleaved = self.interleaved
         if interleaved is not None:
             out["interleaved"] = interleaved.to_json()
@@ -228,6 +234,9 @@ def manifest_from_json(obj: Any, where: str) -> Manifest:
             raise ShardError(f"{at}: malformed manifest: empty or duplicate url {url!r}")
         # url and nsamples are fine: what the fast path refused is filesize's or sha256's type
         raise ShardError(f"{at}: malformed manifest: bad filesize or sha256")
+    offsets_file = obj.get("sample_offsets")
+    if offsets_file is not None:
+        offsets_file = OffsetsFile.from_json(offsets_file, sum(s.nsamples for s in shards), where)
     classes = obj.get("classes", [])
     if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
         raise ShardError(f"{where}: malformed manifest: 'classes' must be a list of names")
@@ -245,6 +254,7 @@ def manifest_from_json(obj: Any, where: str) -> Manifest:
         versions=parse_versions(obj.get("versions"), len(shards), where),
         videos=_videos(obj.get("videos"), where),
         facts=tuple(facts) if any(f is not None for f in facts) else (),
+        sample_offsets=offsets_file,
     )
 
 
@@ -292,9 +302,11 @@ def build_manifest(
     versions: Sequence[Version] = (),
     videos: VideoTotals = NO_VIDEOS,
     facts: Sequence[InterleavedShard | None] = (),
+    sample_offsets: OffsetsFile | None = None,
 ) -> Manifest:
     """A manifest of ``entries``; ``facts``: per entry, its samples of several images' facts
-    (None for a shard of other samples; all None or empty: a data set without them)."""
+    (None for a shard of other samples; all None or empty: a data set without them);
+    ``sample_offsets``: the offsets file written beside it."""
     return Manifest(
         shards=tuple(entries),
         classes=tuple(classes),
@@ -305,6 +317,7 @@ def build_manifest(
         versions=tuple(versions),
         videos=videos,
         facts=tuple(facts) if any(f is not None for f in facts) else (),
+        sample_offsets=sample_offsets,
     )
 
 
@@ -347,3 +360,27 @@ def load_manifest(
             "of shard URLs)"
         ) from None
     return parse_manifest(data, url), base_url_of(url)
+
+
+def recorded_offsets(
+    manifest: Manifest, base: str, storage_options: dict[str, Any] | None = None
+) -> list[tuple[int, ...] | None]:
+    """Each shard's offsets as ``manifest``'s offsets file says them (None for each where it
+    has none; ``base``: the manifest's folder); a file missing or of the wrong size is an
+    error naming it."""
+    from wdstool.base.s3 import read_object
+
+    of = manifest.sample_offsets
+    if of is None:
+        return [None] * len(manifest.shards)
+    url = resolve_shard_url(base, of.name)
+    try:
+        data = read_object(url, storage_options)
+    except FileNotFoundError:
+        raise ShardError(f"{url}: the manifest names this offsets file; it is missing") from None
+    if len(data) != of.span(of.samples, 0)[0]:
+        raise ShardError(
+            f"{url}: {len(data)} bytes, the manifest says {of.span(of.samples, 0)[0]} "
+            f"({of.samples} samples of {of.dtype})"
+        )
+    return read_all(data, of, [s.nsamples for s in manifest.shards])

@@ -37,8 +37,10 @@ from typing import Any
 import numpy as np
 
 from wdstool.format.manifest import Manifest
+from wdstool.format.sample_offsets import OffsetsFile
 
-TABLE_VERSION = 1
+TABLE_VERSION = 2  # 2: meta names the offsets file (version 1's side files hold the same)
+_READABLE_VERSIONS = (1, TABLE_VERSION)
 _COLUMNS = ("nsamples", "filesize", "sha256", "names", "name_ends")
 SIDE_NAME = "index.shards.npz"
 SIDE_MIN_SHARDS = 10_000
@@ -85,6 +87,13 @@ class ShardTable:
     def versions(self) -> tuple[tuple[str, int, int], ...]:
         return tuple((str(a), int(b), int(c)) for a, b, c in self.meta.get("versions", ()))
 
+    @property
+    def sample_offsets(self) -> OffsetsFile | None:
+        raw = self.meta.get("sample_offsets")
+        if raw is None:
+            return None
+        return OffsetsFile.from_json(raw, int(raw.get("samples", -1)), "shard table")
+
 
 def table_of(manifest: Manifest, identity: str) -> ShardTable | None:
     """``manifest``'s table (None where a shard has per-sample offsets or interleaved facts:
@@ -103,6 +112,8 @@ def table_of(manifest: Manifest, identity: str) -> ShardTable | None:
         "identity": identity,
         "versions": [[v.identity, v.shards, v.samples] for v in manifest.versions[:-1]],
     }
+    if manifest.sample_offsets is not None:
+        meta["sample_offsets"] = manifest.sample_offsets.to_json()
     return ShardTable(
         nsamples=np.asarray(sizes, dtype=np.int64),
         filesize=np.asarray(filesizes, dtype=np.int64),
@@ -203,7 +214,7 @@ def side_table(data: bytes, head: bytes) -> ShardTable | None:
             cols = {c: z[c] for c in _COLUMNS}
     except (OSError, ValueError, KeyError, EOFError, RuntimeError):
         return None
-    if meta.get("table_version") != TABLE_VERSION or any(
+    if meta.get("table_version") not in _READABLE_VERSIONS or any(
         str(meta.get(k)) != v for k, v in facts.items()
     ):
         return None
@@ -211,7 +222,7 @@ def side_table(data: bytes, head: bytes) -> ShardTable | None:
         return None
     if int(cols["nsamples"].sum()) != int(facts["num_samples"]):
         return None
-    keep = {k: meta[k] for k in ("classes", "identity", "versions") if k in meta}
+    keep = {k: meta[k] for k in ("classes", "identity", "versions", "sample_offsets") if k in meta}
     return ShardTable(**cols, meta=keep)
 
 
