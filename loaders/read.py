@@ -35,24 +35,16 @@ from loaders.plan import (
 )
 from loaders.plan.interleave import sources_in_order
 from loaders.source import DatasetIndex, ShardAccess
+from loaders.split_reads import OpenedSlice, SliceOpener, pieces
 from wdstool.base import counters
 from wdstool.base.errors import ShardError, StorageError, WdsToolError
-from wdstool.base.remote import HEADER_PAGE, set_page
+from wdstool.base.remote import set_page
 from wdstool.format.images import IMAGE_EXTENSIONS
 from wdstool.format.mapped import MappedMember, map_shard
-from wdstool.format.shard_formats import TAR, Sample, SampleReader, format_for
+from wdstool.format.shard_formats import Sample, SampleReader, format_for
 
 log = logging.getLogger(__name__)
 KEPT_EXTENSIONS = frozenset(IMAGE_EXTENSIONS | {"cls"})  # what the default schema reads
-# Where no index says where a slice's samples lie in a remote shard: one that starts inside it
-# walks the headers before its first sample, a HEADER_PAGE at each, instead of reading that
-# part of the shard a second time (the worker before it reads it for its own samples); one that
-# ends inside it asks for PIECE bytes at a time, so that at most a piece is fetched past its
-# last sample (an open-ended GET is filled by the server up to the socket buffers, ~4 MB on
-# loopback). timm's _info.json, 8 shards of 60 samples, 2 workers: one epoch fetched 1.24x the
-# data before, 1.016-1.023x now in ~77 requests (256 KB pieces: 1.011-1.014x in ~88; 1 MB:
-# 1.016-1.033x in ~71).
-PIECE = 512 << 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,13 +95,13 @@ class _OpenAhead:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="shard-open-ahead")
 
         def work() -> Any:
-            f = self._open(s)
+            opened = self._open(s)
             try:
-                f.peek(1)
+                opened.f.peek(1)
             except BaseException:
-                f.close()
+                opened.f.close()
                 raise
-            return f
+            return opened
 
         self._next = (position, self._pool.submit(work))
 
@@ -118,7 +110,7 @@ class _OpenAhead:
             future = self._next[1]
             self._next = None
             with contextlib.suppress(Exception):
-                future.result().close()
+                future.result().f.close()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
@@ -133,6 +125,7 @@ def read_slices(
     skip_damaged: bool = False,
     warned: set[str] | None = None,
     lazy: frozenset[str] = frozenset(),
+    opener: SliceOpener | None = None,
 ) -> Iterator[Located]:
     """Yield the samples of each slice, in order: skip ``start`` samples (by headers alone, for
     tar), then yield ``stop - start``. Remote shards are opened one ahead.
@@ -143,7 +136,9 @@ def read_slices(
     is still filled and no other rank or worker reads anything different. ``warned`` collects the
     shards already logged, so a shard read in several slices is logged once. Members whose
     extension is in ``lazy`` come as :class:`wdstool.format.mapped.MappedMember` from local
-    shards (read out of a memory mapping when decoded; not held in private memory meanwhile)."""
+    shards (read out of a memory mapping when decoded; not held in private memory meanwhile).
+    ``opener`` opens each slice (:class:`loaders.split_reads.SliceOpener`: one per source and
+    worker keeps the shards' offsets it fetched across runs and epochs)."""
     access = access or ShardAccess()
     if isinstance(index, ParquetIndex):  # row groups: their columns by range, not a stream
         for s, sample, why in parquet_samples(
@@ -152,32 +147,10 @@ def read_slices(
             yield Located(index.urls[s.shard], sample, s.source, s.rep, s.pad, why)
         return
     slices = list(slices)
+    opener = opener or SliceOpener(index, access)
 
-    def start_of(s: Slice) -> int | None:
-        """Where a slice starting inside a tar shard starts, where the index or the scan said
-        (a remote shard is then one ranged GET from there, not read from byte 0)."""
-        return (
-            index.offset_of(s.shard, s.start)
-            if s.start and format_for(index.urls[s.shard]) is TAR
-            else None
-        )
-
-    def unknown_end(s: Slice) -> bool:
-        return s.stop < index.sizes[s.shard] and index.offset_of(s.shard, s.stop) is None
-
-    def open_slice(s: Slice) -> Any:
-        i = s.shard
-        # a slice ending inside the shard: nothing past its last sample is asked for
-        end = index.offset_of(i, s.stop) if s.stop < index.sizes[i] else None
-        f = access.open(index.urls[i], size=index.size_of(i), sha256=index.sha256_of(i), limit=end)
-        at = start_of(s)
-        if at is not None and f.seekable():  # before any byte is read (or asked for)
-            f.seek(at)
-        elif s.start and format_for(index.urls[i]) is TAR:  # found by the headers before it
-            set_page(f, HEADER_PAGE)
-        elif unknown_end(s):
-            set_page(f, PIECE)
-        return f
+    def open_slice(s: Slice) -> OpenedSlice:
+        return opener.open(s.shard, s.start, s.stop)
 
     ahead = _OpenAhead(open_slice)
     try:
@@ -186,31 +159,33 @@ def read_slices(
             done = 0
             reader: SampleReader | None = None
             try:
-                with ahead.take(pos, s) as f:
+                opened = ahead.take(pos, s)
+                with opened.f as f:
                     if pos + 1 < len(slices):
                         nxt = slices[pos + 1]
                         if access.is_remote(index.urls[nxt.shard]):
                             f.peek(1)  # this shard's request goes first
                             ahead.start(pos + 1, nxt)
                     mapping = map_shard(f, url) if lazy and not access.is_remote(url) else None
-                    fmt = format_for(url)
-                    at = start_of(s)
-                    if at is not None and not (f.seekable() and f.tell() == at):
-                        at = None  # not positioned there (a cache entry is read through)
-                    reader = fmt.read(  # once per shard, never per sample
+                    at = opened.at
+                    reader = format_for(url).read(  # once per shard, never per sample
                         f,
                         url,
                         keep=keep.__contains__,
                         lazy=None if mapping is None else functools.partial(_mapped, mapping, url),
                         lazy_exts=lazy,
-                        **({} if at is None else {"start_offset": at}),
+                        **({} if not at else {"start_offset": at}),
                     )
+                    per_sample = opened.per_sample
                     if s.start and at is None:
                         reader.skip(s.start)
-                        set_page(f, PIECE if unknown_end(s) else None)
+                        if per_sample is None:
+                            set_page(f, None)  # the walk is over: on to the shard's end
                     begin = reader.offset  # the slice's samples' bytes are counted from here
                     it = iter(reader)
                     for i in range(len(s)):
+                        if per_sample is not None:  # the end is not known: pieces to fit
+                            set_page(f, pieces(len(s) - i, per_sample))
                         try:
                             sample = next(it)
                         except StopIteration:
@@ -311,11 +286,19 @@ def shard_reader(
         readers = index
 
     warned: set[str] = set()  # damaged shards logged already (once per shard and stream)
+    openers = [SliceOpener(r.index, r.access) for r in readers]
 
     def read_run(run: list[Slice]) -> Iterator[Located]:
         r = readers[run[0].source]
         return read_slices(
-            run, r.index, r.access, r.keep, skip_damaged=skip_damaged, warned=warned, lazy=r.lazy
+            run,
+            r.index,
+            r.access,
+            r.keep,
+            skip_damaged=skip_damaged,
+            warned=warned,
+            lazy=r.lazy,
+            opener=openers[run[0].source],
         )
 
     return read_run

@@ -1,10 +1,11 @@
 """Counting the samples of shards no index describes: once per data set, never per rank or epoch.
 
 Where a source has no index (``wdstool.format.indexes``), the loader learns each shard's
-samples from its tar headers (member data is skipped: seeked past on local files; on remote
-ones each header is asked for with the few KB after it, ``HEADER_PAGE``, so the scan fetches a
-few percent of the data rather than all of it; a server that ignores Range sends it all), and
-keeps each sample's offset, so that workers which split a shard start reading at their first
+samples from its tar headers (member data is skipped: seeked past on local files; remote ones
+are walked in pieces of a few MB, ``wdstool.base.remote.WALK_PAGE``, the headers found in what
+came, and a member larger than a piece is jumped over, so a scan is a few large requests a
+shard, never a request a sample; a server that ignores Range sends it all), and keeps each
+sample's offset, so that workers which split a shard start reading at their first
 sample. The scan is done once per data set:
 
 - in a torchrun job (``torch.distributed`` initialized), rank 0 scans and hands the result to
@@ -30,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from wdstool.base.errors import WdsToolError
-from wdstool.base.remote import HEADER_PAGE, set_page
+from wdstool.base.remote import WALK, set_page
 from wdstool.format.shard_formats import TAR, count_samples, format_for
 from wdstool.format.tar_index import ShardScan, scan_shard
 
@@ -48,7 +49,7 @@ def scan_shards(
     def one(url: str) -> ShardScan:
         with open_fn(url) as f:
             if format_for(url) is TAR:
-                set_page(f, HEADER_PAGE)  # headers only
+                set_page(f, WALK)  # headers, in pieces of a few MB
                 return scan_shard(f, url, skip_damaged=skip_damaged)
             return ShardScan(url, count_samples(f, url), -1)  # a registered format: a count
 

@@ -12,6 +12,7 @@ through the same retrying reader, optionally through a local cache (``loaders.ca
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -29,12 +30,14 @@ from loaders.source_table import (
     written_table,
 )
 from wdstool.base.errors import ConfigError, ShardError
+from wdstool.base.host import job_on_host
 from wdstool.base.params import parse_size
 from wdstool.base.remote import open_shard
 from wdstool.base.retry import DEFAULT_RETRY, RetryPolicy
 from wdstool.base.urls import is_remote
 from wdstool.format.indexes import index_or_shards, index_version
 from wdstool.format.manifest import Manifest, base_url_of, resolve_shard_url
+from wdstool.format.sample_offsets import OffsetsFile
 from wdstool.format.shard_table import ShardTable
 
 log = logging.getLogger(__name__)
@@ -53,6 +56,9 @@ class DatasetIndex:
     sha256s: tuple[str | None, ...] = ()
     # per shard, where each sample starts (an index that says, or the scan); () when unknown
     offsets: tuple[tuple[int, ...] | None, ...] = ()
+    # every sample's offset in a file beside the manifest (its URL as ``name``), read a shard
+    # at a time where a worker needs one (``loaders.split_reads``); None where there is none
+    offsets_file: OffsetsFile | None = None
     # earlier versions of an appended data set: (identity, shards, samples) each; its shards
     # are the first ``shards`` of ``urls`` (pack/reshard --append never touch old shards)
     versions: tuple[tuple[str, int, int], ...] = ()
@@ -148,7 +154,15 @@ def _from_table(table: ShardTable, base: str) -> DatasetIndex:
         filesizes=TableColumn(table.filesize),  # type: ignore[arg-type]
         sha256s=TableColumn(table.sha256, text=True),  # type: ignore[arg-type]
         versions=table.versions,
+        offsets_file=_located(table.sample_offsets, base),
     )
+
+
+def _located(of: OffsetsFile | None, base: str) -> OffsetsFile | None:
+    """The offsets file with its URL resolved against the manifest's folder."""
+    if of is None:
+        return None
+    return dataclasses.replace(of, name=resolve_shard_url(base, of.name) if base else of.name)
 
 
 def _from_manifest(manifest: Manifest, base: str) -> DatasetIndex:
@@ -170,6 +184,7 @@ def _from_manifest(manifest: Manifest, base: str) -> DatasetIndex:
         sha256s=sha256s,
         offsets=offsets if any(o is not None for o in offsets) else (),
         versions=tuple((v.identity, v.shards, v.samples) for v in manifest.versions[:-1]),
+        offsets_file=_located(manifest.sample_offsets, base),
     )
 
 
@@ -202,6 +217,9 @@ class ShardAccess:
     cache_dir: str | os.PathLike[str] | None = None
     cache_limit: int | None = None
     retry: RetryPolicy = field(default=DEFAULT_RETRY)  # None: the default policy
+    # the job this loader belongs to (``wdstool.base.host.job_on_host``, in the process that
+    # made it): names the host's shared copies of split shards (``loaders.split_reads``)
+    job: str = field(default_factory=job_on_host, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.retry is None:

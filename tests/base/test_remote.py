@@ -15,7 +15,10 @@ import pytest
 from wdstool.base.errors import ShardError, StorageError
 from wdstool.base.remote import (
     BUFFER,
+    HEADER_PAGE,
     SEEK_BY_READING,
+    WALK,
+    WALK_PAGE,
     Opened,
     RangeReader,
     _total_size,
@@ -264,6 +267,31 @@ def test_pages_ask_for_pieces_seek_inside_by_reading_and_past_by_asking_there() 
     r = RangeReader(URL, unbounded)
     r.page = 1000
     assert r.read() == DATA and ends == [1000]  # one request: the body ran on
+
+
+def test_a_walk_asks_for_megabytes_and_only_headers_after_a_jump_over_a_large_member() -> None:
+    """``page=WALK``: a header walk over small members is read through in pieces of WALK_PAGE
+    (a request costs more than the bytes between two headers); after a jump over a member
+    larger than a piece, the next request asks for HEADER_PAGE only."""
+    data = bytes(3 * WALK_PAGE)
+    store = Store(data=data)
+    ends: list[int | None] = []
+
+    def opener(offset: int, version: str | None, end: int | None = None) -> Opened:
+        ends.append(end)
+        return store.open(offset, version, end)
+
+    r = RangeReader(URL, opener)
+    r.page = WALK
+    for at in range(0, WALK_PAGE, 100_000):  # headers 100 KB apart: one piece holds them all
+        assert r.seek(at) == at and r.read(512) == data[at : at + 512]
+    assert ends == [WALK_PAGE]
+    far = 2 * WALK_PAGE + WALK_PAGE // 4  # a member of more than a piece is jumped over
+    assert r.seek(far) == far and r.read(512) == data[far : far + 512]
+    assert store.opens[-1][0] == far and ends[-1] == far + HEADER_PAGE
+    near = far + HEADER_PAGE + 3000  # small members again: megabytes again
+    assert r.seek(near) == near and r.read(1) == data[near : near + 1]
+    assert ends[-1] == near + WALK_PAGE and len(ends) == 3
 
 
 def test_seek_from_the_end_learns_the_size_first() -> None:

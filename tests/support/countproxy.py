@@ -3,7 +3,8 @@
 Every request is forwarded unchanged (keep-alive, streamed bodies) and recorded as
 ``(method, path)``, so a test can count the GETs each shard received through this proxy --
 one proxy per simulated node gives per-node download counts -- and the body bytes sent back
-for each GET, so a test can count the bytes a reader downloaded.
+for each GET, so a test can count the bytes a reader downloaded; :meth:`get_log` has each GET
+with its ``Range`` and the bytes it sent back, so a test can count the bytes per request.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class CountingProxy:
         self.upstream = (u.hostname, u.port)
         self.requests: list[tuple[str, str]] = []
         self.sent: Counter[str] = Counter()  # path -> body bytes sent back to GETs
+        self.log: list[tuple[str, str, int]] = []  # each GET: path, Range header, body bytes
         self._lock = threading.Lock()
         proxy = self
 
@@ -58,8 +60,10 @@ class CountingProxy:
                 if self.command != "HEAD":
                     self.wfile.write(data)
                 if self.command == "GET":
+                    path = urllib.parse.unquote(self.path).split("?")[0]
                     with proxy._lock:
-                        proxy.sent[urllib.parse.unquote(self.path).split("?")[0]] += len(data)
+                        proxy.sent[path] += len(data)
+                        proxy.log.append((path, self.headers.get("Range") or "", len(data)))
 
             do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward
 
@@ -79,6 +83,11 @@ class CountingProxy:
                 for m, p in self.requests
                 if m == "GET" and p.split("?")[0].endswith(suffix)
             )
+
+    def get_log(self, suffix: str = "") -> list[tuple[str, str, int]]:
+        """(path, Range, body bytes) of each GET of a path ending with ``suffix``, in order."""
+        with self._lock:
+            return [e for e in self.log if e[0].endswith(suffix)]
 
     def bytes_sent(self, suffix: str = "") -> int:
         """Body bytes sent back to GET requests for paths ending with ``suffix``."""

@@ -1,4 +1,5 @@
-"""The machine this process runs on: the cores it may use, and a short description for reports.
+"""The machine this process runs on: the cores it may use, this job on it, and a short
+description for reports.
 
 Every "how many processes" default (pack's workers, sample-data's, the loader's workers per
 rank, the benchmark's host line) starts from :func:`usable_cores`, so they agree on a machine
@@ -19,6 +20,20 @@ def usable_cores() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - not Linux (macOS has no affinity masks)
         return max(1, os.cpu_count() or 1)
+
+
+def job_on_host() -> str:
+    """This job on this host, the same in every process of it: torchrun's agent (the parent of
+    every rank) under torchrun, else this process (the parent of its DataLoader workers), with
+    that process's start time (pids are reused)."""
+    pid = os.getppid() if os.environ.get("TORCHELASTIC_RUN_ID") else os.getpid()
+    try:
+        import psutil
+
+        started = psutil.Process(pid).create_time()
+    except Exception:  # pragma: no cover - a process gone, or no /proc
+        started = 0.0
+    return f"{pid}-{started:.3f}"
 
 
 def host_info() -> dict[str, Any]:

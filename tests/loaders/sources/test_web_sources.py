@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -266,6 +267,43 @@ def test_a_two_rank_job_counts_the_data_set_once(foreign: Path, tmp_path: Path) 
         fetched = srv.total_sent(".tar")
     assert proc.stderr.count("header-only scan") + proc.stdout.count("header-only scan") <= 1
     assert fetched <= 2.05 * data, (fetched, data)
+    keys = [
+        k
+        for r in range(2)
+        for line in (tmp_path / "keys" / f"rank{r}.jsonl").read_text().splitlines()
+        for k in json.loads(line)["keys"]
+    ]
+    assert sorted(keys) == [f"s{n:05d}" for n in range(SHARDS * PER_SHARD)]
+
+
+def test_two_ranks_fetch_each_shard_once_per_host_without_offsets(
+    foreign: Path, tmp_path: Path
+) -> None:
+    """timm's _info.json beside the shards: counts, no sample offsets. 2 ranks x 2 workers
+    split shards between them; a split shard is fetched once for the host (one GET, followed
+    by every worker of both ranks through the job's copy), so each byte comes once."""
+    from tests.support.torchrun import torchrun
+
+    served = tmp_path / "timm"
+    served.mkdir()
+    names = sorted(p.name for p in foreign.glob("*.tar"))
+    for name in names:
+        shutil.copyfile(foreign / name, served / name)
+    split = {"name": "train", "num_samples": SHARDS * PER_SHARD, "filenames": names}
+    split["shard_lengths"] = [PER_SHARD] * SHARDS
+    (served / "_info.json").write_text(json.dumps({"splits": {"train": split}}))
+    data = sum(p.stat().st_size for p in foreign.glob("*.tar"))
+    with WebServer(served) as srv:
+        torchrun(
+            2,
+            *("--data", f"{srv.url}/{PATTERN}", "--device", "cpu", "--epochs", "1"),
+            *("--batch-size", "8", "--image-size", "24", "--workers", "2"),
+            *("--keep-last", "--num-classes", "4", "--keys-log", str(tmp_path / "keys")),
+        )
+        gets = Counter(p for _m, p, _r in srv.requests if p.endswith(".tar"))
+        fetched = srv.total_sent(".tar")
+    assert set(gets.values()) == {1} and len(gets) == SHARDS, gets
+    assert fetched <= 1.01 * data, (fetched, data)
     keys = [
         k
         for r in range(2)
