@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 DEMO_DIR ?= build/demo
 DEMO_IMAGES ?= 2000
 
-.PHONY: venv system demo test test-full test-room docs lint format bench bench-fields bench-large bench-restart bench-video bench-peers bench-peers-recipe bench-reshard bench-packing bench-vlm bench-scale bench-parquet faults mutants clean
+.PHONY: venv system demo test test-full test-room docs lint format bench bench-fields bench-large bench-restart bench-video bench-peers bench-peers-recipe bench-reshard bench-packing bench-vlm bench-scale bench-parquet bench-split faults mutants clean
 BENCH_DATA ?= bench/data
 BENCH_IMAGES ?= 10000
 BENCH_WORKERS ?= 1,2
@@ -90,8 +90,8 @@ docs: $(STAMP)
 # 10,000 sample images, generated and packed once (bench/data/ is git-ignored), then one full
 # epoch per run: the loader against ImageFolder+PIL and upstream webdataset, interleaved and
 # repeated, plus the decode+augment ceiling; then worker processes against decode threads
-# (worker_mode="thread") at 1, 2 and 4 workers with the process tree's peak PSS; results land
-# in bench/results/.
+# (worker_mode="thread") at 1, 2 and 4 workers with the process tree's peak PSS; then
+# bench-split (few shards over S3 and HTTP against disk); results land in bench/results/.
 bench: $(STAMP)
 	test -d $(BENCH_DATA)/images || $(PY) -m wdstool sample-data $(BENCH_DATA)/images --images $(BENCH_IMAGES) --classes 100 --seed 0
 	test -f $(BENCH_DATA)/shards/index.json || $(PY) -m wdstool pack $(BENCH_DATA)/images $(BENCH_DATA)/shards --max-count 1000
@@ -104,6 +104,15 @@ bench: $(STAMP)
 	$(PY) -m wdstool stream-bench $(BENCH_DATA)/shards --workers 1,2,4 --batch-size 64 \
 		--repeats $(BENCH_REPEATS) --compare threads --memory \
 		--json bench/results/stream-bench-threads.json | tee bench/results/stream-bench-threads.txt
+	$(MAKE) --no-print-directory bench-split
+
+# A small data set (2,000 images) of 1 and of 8 shards, read from disk, moto's S3 (with and
+# without the sample offsets pack records) and a loopback web server, by 2 and 4 workers: first
+# batch, epoch, requests (bench/split_bench.py); results in bench/results/split-bench.md
+SPLIT_ROUNDS ?= 5
+bench-split: $(STAMP)
+	mkdir -p bench/results
+	$(PY) bench/split_bench.py $(BENCH_DATA) --rounds $(SPLIT_ROUNDS) --out bench/results/split-bench
 
 # the loader with captions tokenized in the workers (fields_fn) against image + label only,
 # interleaved in one run: the same 10,000 images packed from a caption listing

@@ -34,6 +34,7 @@ from loaders.recipe.book import PerSize, Recipes, ViewsArg
 from loaders.recipe.schedule import SizeArg
 from loaders.schema import FieldsFn, Pad, as_pads
 from loaders.source import ShardAccess
+from loaders.split_reads import few_shards
 from loaders.topology import detect_topology
 from wdstool.base import counters
 from wdstool.base.errors import ConfigError
@@ -267,6 +268,11 @@ def _start(
             "drop_last=False"
         )
     log.info("loader: %s", dataset.describe())
+    if topology.rank == 0:
+        readers = topology.world_size * topology.streams
+        for s in dataset.sources:
+            if (few := few_shards(s.url, s.index, readers)) is not None:
+                log.warning(few)
     loader = StreamingLoader.start(dataset, detected=rank is None)
     if loader.meter is not None:
         loader.meter.made(fetched)
