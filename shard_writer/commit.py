@@ -32,7 +32,7 @@ from wdstool.format.manifest import (
     VideoTotals,
     build_manifest,
 )
-from wdstool.format.sample_offsets import OFFSETS_NAME, offsets_bytes, read_all
+from wdstool.format.sample_offsets import OFFSETS_NAME, offsets_bytes, read_all, shards_digest
 from wdstool.format.shard_table import SIDE_NAME, side_bytes
 
 
@@ -186,6 +186,7 @@ def _write_offsets(
         [*old, *(o.offsets for o in outcomes)],
         [s.filesize for s in manifest.shards],
         [s.nsamples for s in manifest.shards],
+        shards_digest(manifest.shards),
     )
     if written is None:
         if dest.exists(OFFSETS_NAME):  # an earlier version's: it names other shards

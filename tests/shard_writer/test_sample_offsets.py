@@ -93,6 +93,19 @@ def test_an_append_onto_shards_without_offsets_marks_theirs_unknown(packed, tmp_
     assert [opener.offsets(i) for i in range(len(scans))] == [None] * old + scans[old:]
 
 
+def test_offsets_of_a_shard_rewritten_since_are_not_used(packed, tmp_path: Path) -> None:
+    """A manifest whose shard list changed after its offsets were recorded (a shard rewritten
+    and its size and sha256 updated by hand or by another tool) names offsets of other
+    shards: they are not used."""
+    _tree, ds = packed
+    manifest = json.loads((ds / "index.json").read_text())
+    manifest["shardlist"][1]["sha256"] = "0" * 64
+    edited = tmp_path / "index.json"
+    edited.write_text(json.dumps(manifest))
+    assert load_manifest(str(edited))[0].sample_offsets is None
+    assert load_manifest(str(ds))[0].sample_offsets is not None
+
+
 def test_offsets_that_do_not_fit_a_shard_are_an_error_naming_it() -> None:
     data, of = offsets_bytes([(0, 1536, 4096)], [9000], [3])
     part = data[of.data_offset :]

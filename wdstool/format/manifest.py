@@ -30,7 +30,7 @@ from wdstool.format.interleaved import (
     compact_lists,
     totals,
 )
-from wdstool.format.sample_offsets import OffsetsFile, read_all
+from wdstool.format.sample_offsets import OffsetsFile, read_all, shards_digest
 from wdstool.format.versions import Version, parse_versions
 
 MANIFEST_NAME = "index.json"
@@ -236,7 +236,9 @@ def manifest_from_json(obj: Any, where: str) -> Manifest:
         raise ShardError(f"{at}: malformed manifest: bad filesize or sha256")
     offsets_file = obj.get("sample_offsets")
     if offsets_file is not None:
-        offsets_file = OffsetsFile.from_json(offsets_file, sum(s.nsamples for s in shards), where)
+        offsets_file = OffsetsFile.from_json(
+            offsets_file, sum(s.nsamples for s in shards), where, shards_digest(shards)
+        )
     classes = obj.get("classes", [])
     if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
         raise ShardError(f"{where}: malformed manifest: 'classes' must be a list of names")

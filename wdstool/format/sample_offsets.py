@@ -12,10 +12,12 @@ and record every one in ``index.offsets.npy`` beside ``index.json``:
   of which a reader fetches only the shard it splits (one ranged read, ``nsamples * 4`` bytes);
 - a shard whose offsets are not known (an append onto a data set packed before offsets were
   recorded) is filled with the type's largest value, :data:`UNKNOWN`;
-- ``index.json`` names the file with its element type, where the array's data begins and how
-  many samples it holds (``"sample_offsets"``: :class:`OffsetsFile`), and is written after it,
-  so a manifest never names offsets of another version (a manifest written without offsets
-  names none, and a file left beside it is not read).
+- ``index.json`` names the file with its element type, where the array's data begins, how
+  many samples it holds and a digest of the shards it describes (``"sample_offsets"``:
+  :class:`OffsetsFile`), and is written after it, so a manifest never names offsets of another
+  version (a manifest written without offsets names none, and a file left beside it is not
+  read; one whose shards were rewritten since, by hand or another tool, no longer matches the
+  digest, and its offsets are not used).
 
 A shard's offsets are checked when read (first 0, increasing, inside the shard); the tar reader
 then checks the header it lands on.
@@ -23,8 +25,9 @@ then checks the header it lands on.
 
 from __future__ import annotations
 
+import hashlib
 import io
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +49,7 @@ class OffsetsFile:
     dtype: str
     data_offset: int
     samples: int
+    shards: str = ""  # :func:`shards_digest` of the shards it describes
 
     @property
     def itemsize(self) -> int:
@@ -67,12 +71,17 @@ class OffsetsFile:
             "dtype": self.dtype,
             "data_offset": self.data_offset,
             "samples": self.samples,
+            "shards": self.shards,
         }
 
     @classmethod
-    def from_json(cls, raw: Any, samples: int, where: str) -> OffsetsFile | None:
+    def from_json(
+        cls, raw: Any, samples: int, where: str, shards: str | None = None
+    ) -> OffsetsFile | None:
         """What a manifest of ``samples`` samples says of its offsets file; None where it
-        counts other samples (a manifest edited since: its offsets are not used)."""
+        describes other shards (a manifest whose shards were rewritten or counted anew since,
+        by hand or by another tool: its offsets are not used). ``shards``: the manifest's
+        :func:`shards_digest` (None: not checked)."""
         ok = (
             isinstance(raw, dict)
             and type(raw.get("name")) is str
@@ -87,16 +96,30 @@ class OffsetsFile:
                 f"{where}: malformed manifest: 'sample_offsets' must be "
                 '{"name", "dtype": "<u4"|"<u8", "data_offset", "samples"}'
             )
-        if raw["samples"] != samples:
+        if raw["samples"] != samples or (shards is not None and raw.get("shards") != shards):
             return None
-        return cls(raw["name"], raw["dtype"], raw["data_offset"], raw["samples"])
+        return cls(raw["name"], raw["dtype"], raw["data_offset"], raw["samples"], shards or "")
+
+
+def shards_digest(shards: Iterable[Sequence[Any]]) -> str:
+    """What an offsets file describes: a digest of every shard's URL, count, size and sha256
+    (a manifest's ``ShardEntry`` rows), so that offsets are never read for a shard rewritten
+    since they were recorded."""
+    h = hashlib.sha256()
+    for url, nsamples, filesize, sha256, *_ in shards:
+        h.update(f"{url}\0{nsamples}\0{filesize}\0{sha256}\n".encode())
+    return h.hexdigest()[:32]
 
 
 def offsets_bytes(
-    per_shard: Sequence[Sequence[int] | None], filesizes: Sequence[int], nsamples: Sequence[int]
+    per_shard: Sequence[Sequence[int] | None],
+    filesizes: Sequence[int],
+    nsamples: Sequence[int],
+    shards: str = "",
 ) -> tuple[bytes, OffsetsFile] | None:
     """The offsets file of shards with these offsets (None: a shard's are not known), sizes and
-    counts, and what the manifest says of it; None where no shard's offsets are known."""
+    counts, and what the manifest says of it (``shards``: their :func:`shards_digest`); None
+    where no shard's offsets are known."""
     if not any(o is not None for o in per_shard):
         return None
     big = max((s for s in filesizes if s is not None), default=0) >= np.iinfo(np.uint32).max
@@ -113,7 +136,7 @@ def offsets_bytes(
     np.save(buf, flat.astype(dtype, copy=False), allow_pickle=False)
     data = buf.getvalue()
     header = len(data) - flat.nbytes
-    return data, OffsetsFile(OFFSETS_NAME, dtype, header, int(flat.size))
+    return data, OffsetsFile(OFFSETS_NAME, dtype, header, int(flat.size), shards)
 
 
 def shard_offsets(
@@ -156,4 +179,5 @@ __all__ = [
     "offsets_bytes",
     "read_all",
     "shard_offsets",
+    "shards_digest",
 ]
