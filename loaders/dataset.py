@@ -283,7 +283,8 @@ class ShardStreamDataset(IterableDataset):
         kind = self.kind(self.config, self.recipes.at(self.epoch))
         if self._packs:  # the batches' samples in their order, the worker's windows read once
             mixture = resume.mixture if resume is not None else self.mixture
-            samples, sizes, layouts = kind.worker_samples(wplan, mixture, read_run)  # type: ignore[attr-defined]
+            remote = [s.access.is_remote(s.index.urls[0]) for s in sources]
+            samples, sizes, layouts = kind.worker_samples(wplan, mixture, read_run, remote)  # type: ignore[attr-defined]
             kind.layouts = iter(layouts)  # type: ignore[attr-defined]
         else:
             samples = worker_stream(

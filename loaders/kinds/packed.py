@@ -157,24 +157,29 @@ class PackedKind(InterleavedKind):
 
     @classmethod
     def worker_samples(
-        cls, wplan: Any, mixture: Mixture, read_run: ReadRun
+        cls, wplan: Any, mixture: Mixture, read_run: ReadRun, remote: Sequence[bool]
     ) -> tuple[Iterator[Located], list[int], list[Any]]:
         """A plan worker's samples in the order its remaining batches hold them, the number of
         entries of each of those batches, and the batches' rows (``mixture``: the one the plan
-        was made over). Each window's units are read once, in the rank's order, each from its
-        source with its rep, and held by unit until its batches are made."""
+        was made over; ``remote``: which of its sources are remote). Of each window it has
+        batches of, the samples of those batches are read once, in the rank's order, each
+        from its source with its rep, and held by unit until its batches of the window are
+        made (:meth:`_Where.read`)."""
         where = _Where(mixture)
-        owner = [g for g, w in enumerate(wplan.windows) for _b in w.batches]  # batch -> window
         batches = wplan.batches()[wplan.skip :]
-        owner = owner[wplan.skip :] + [-1] * (len(batches) - len(owner[wplan.skip :]))
+        owner = wplan.owners()[wplan.skip :]
         counts = [sum(len(row) for row in b) for b in batches]
+        wanted: dict[int, set[int]] = {}  # window -> the units of its remaining batches
+        for batch, g in zip(batches, owner, strict=True):
+            if g >= 0:
+                wanted.setdefault(g, set()).update(u for row in batch for u, _o, _t in row)
 
         def stream() -> Iterator[Located]:
             held: dict[int, Located] = {}
             reading = -1
             for batch, g in zip(batches, owner, strict=True):
                 if g != reading and g >= 0 and any(batch):  # the window's units, read once
-                    held = where.read(wplan.windows[g].ids, read_run)
+                    held = where.read(wplan.windows[g].ids, read_run, wanted[g], remote)
                     reading = g
                 for row in batch:
                     for unit, _offset, _tokens in row:
@@ -290,21 +295,32 @@ class _Where:
         self.source = np.concatenate([np.full(len(s), i) for i, s in enumerate(starts)])
         self.shard = np.concatenate([np.arange(len(s)) for s in starts])
 
-    def read(self, units: Sequence[int], read_run: ReadRun) -> dict[int, Located]:
-        """The samples of one window's units (in read order), by unit."""
+    def read(
+        self, units: Sequence[int], read_run: ReadRun, keep: set[int], remote: Sequence[bool]
+    ) -> dict[int, Located]:
+        """The samples of ``keep``, of one window's units (in read order), by unit. Of a source
+        on a local disk the window's runs are read as they lie, the others passed over by their
+        headers (their images are never read); of a remote source (``remote``, by source) only
+        the kept samples are asked for, a ranged read from each run's first sample's offset,
+        so the workers sharing a window fetch each byte once between them."""
         ids = np.asarray(units, dtype=np.int64)
         if not len(ids):
             return {}
         samples, reps = unit_sample(ids, self.samples)
         g = np.searchsorted(self.firsts, samples, side="right") - 1
         slices: list[Slice] = []
-        for source, shard, index, rep in zip(
+        read: list[int] = []  # the units read, in order
+        for unit, source, shard, index, rep in zip(
+            ids.tolist(),
             self.source[g].tolist(),
             self.shard[g].tolist(),
             (samples - self.firsts[g]).tolist(),
             reps.tolist(),
             strict=True,
         ):
+            if remote[source] and unit not in keep:
+                continue
+            read.append(unit)
             last = slices[-1] if slices else None
             if last is not None and (last.source, last.shard, last.rep, last.stop) == (
                 source, shard, rep, index
@@ -312,10 +328,15 @@ class _Where:
                 slices[-1] = Slice(shard, last.start, index + 1, source, rep)
             else:
                 slices.append(Slice(shard, index, index + 1, source, rep))
-        got = list(read_items(slices, read_run))
-        if len(got) != len(ids):
-            raise ConfigError(f"internal error: read {len(got)} samples of a window of {len(ids)}")
-        return dict(zip(ids.tolist(), got, strict=True))
+        out: dict[int, Located] = {}
+        n = 0
+        for unit, loc in zip(read, read_items(slices, read_run), strict=False):
+            n += 1
+            if unit in keep:
+                out[unit] = loc
+        if n != len(read):
+            raise ConfigError(f"internal error: read {n} samples of a window's {len(read)}")
+        return out
 
 
 __all__ = ["PackedKind"]

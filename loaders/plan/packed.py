@@ -18,14 +18,18 @@ shards' sizes + index in its shard: the sources' lengths one after another).
   read in share order (:attr:`PackedWindow.ids`), put in an order seeded by (seed, epoch,
   generation, rank, window) when ``spec.shuffle`` (no worker in the seed), packed by
   :func:`pack_sequences`, and its sequences cut into batches of ``rows``, the last one filled
-  with empty rows. Window g goes to worker g % k (k = max(1, num_workers)): the batches are the
-  same for any number of workers; only their order differs.
+  with empty rows.
+- **Workers.** The rank's batches (its windows' in order, then padding) are dealt a batch at a
+  time: batch i to worker i % k (k = max(1, num_workers)), so every worker has work however few
+  the windows, and torch's round robin over the workers delivers them in plan order: the
+  batches and their order are the same for any number of workers. A worker reads, of each
+  window, the samples of its batches (:mod:`loaders.plan.packed_batches`).
 - **Rows.** A row is a tuple of entries (unit id, token offset, token count); ``()`` is an
   empty row: no tokens, all of it padding, masked. A padding batch is ``rows`` empty rows
   (the types: :mod:`loaders.plan.packed_batches`).
 - **Equal steps.** Every rank has ``num_batches`` = the most batches any rank's windows make
-  (each rank's count computed from the lengths). A rank with fewer gets padding batches: the
-  j-th goes to worker j % k, after that worker's real batches (:attr:`PackedWorker.padding`).
+  (each rank's count computed from the lengths). A rank with fewer gets padding batches after
+  its real ones, dealt like them (:attr:`PackedWorker.padding`).
 - **Resume.** See :func:`plan_packed_resumed`.
 """
 
@@ -48,6 +52,7 @@ from loaders.plan.packed_batches import (
     PackedWorker,
     PackSpec,
     Row,
+    deal,
     empty_batch,
 )
 from loaders.plan.packed_units import (
@@ -150,51 +155,40 @@ class _Segment:
         return max(self.own_batches(r) for r in range(len(self.shares)))
 
     def plan(self, topo: Topology) -> PackedRankPlan:
-        k, rows = topo.streams, self.pack.rows
-        windows = [p.window for p in self.packed(topo.rank)]
-        pad = self.num_batches - self.own_batches(topo.rank)
-        workers = tuple(
-            PackedWorker(
-                worker=w,
-                rows=rows,
-                windows=tuple(windows[w::k]),
-                padding=pad // k + (1 if w < pad % k else 0),
-            )
-            for w in range(k)
-        )
+        windows = tuple(p.window for p in self.packed(topo.rank))
         return PackedRankPlan(
             epoch=self.spec.epoch,
             rank=topo.rank,
             world_size=topo.world_size,
             num_workers=topo.num_workers,
-            rows=rows,
+            rows=self.pack.rows,
             capacity=self.pack.capacity,
             num_batches=self.num_batches,
-            workers=workers,
+            workers=deal(windows, self.num_batches, topo.streams, self.pack.rows),
             generation=self.generation,
+            windows=windows,
         )
 
     def left(self, topo: Topology, batches: int) -> Units:
         """What rank ``topo.rank`` had not delivered after ``batches`` batches, in share order
-        (window by window). A window is started once its worker delivered a batch at or after
-        the window's first (for a window of no batches: one after it). A window not started
-        is carried whole (its over-long samples too: they are dropped or truncated, and
-        counted, where it is re-planned); of a started one, the undelivered tokens of each
-        sample, one unit per contiguous range (its ``dropped`` samples stay counted here)."""
-        plan, share, rows = self.plan(topo), self.shares[topo.rank], self.pack.rows
-        packed = self.packed(topo.rank)
-        parts: list[tuple[int, Units]] = []
-        for wp, done in zip(plan.workers, plan.delivered(batches), strict=True):
-            first = 0  # the worker's index of the window's first batch
-            for win in wp.windows:
-                n = len(win.batches)
-                if done <= first:  # not started
-                    parts.append((win.index, share.cut(win.start, win.start + len(win.ids))))
-                elif done < first + n:
-                    units = _undelivered(packed[win.index], share, (done - first) * rows)
-                    parts.append((win.index, units))
-                first += n
-        return concat_units([u for _, u in sorted(parts, key=lambda p: p[0])])
+        (window by window). The rank delivers its batches in plan order (they are dealt to its
+        workers in turn), so the first ``batches`` of its windows' batches are delivered. A
+        window is started once a batch at or after its first was delivered (for a window of
+        no batches: one after it). A window not started is carried whole (its over-long
+        samples too: they are dropped or truncated, and counted, where it is re-planned); of
+        a started one, the undelivered tokens of each sample, one unit per contiguous range
+        (its ``dropped`` samples stay counted here)."""
+        share, rows = self.shares[topo.rank], self.pack.rows
+        parts: list[Units] = []
+        first = 0  # the rank's index of the window's first batch
+        for p in self.packed(topo.rank):
+            win, n = p.window, len(p.window.batches)
+            if batches <= first:  # not started
+                parts.append(share.cut(win.start, win.start + len(win.ids)))
+            elif batches < first + n:
+                parts.append(_undelivered(p, share, (batches - first) * rows))
+            first += n
+        return concat_units(parts)
 
 
 def _undelivered(p: _Packed, share: Units, seqs: int) -> Units:

@@ -1,6 +1,7 @@
 """What a packed plan is made of (:mod:`loaders.plan.packed` makes it): a :class:`PackSpec`
-(how batches are packed), and a rank's :class:`PackedRankPlan`: its workers, each a run of
-windows (:class:`PackedWindow`) of batches, then padding batches.
+(how batches are packed), and a rank's :class:`PackedRankPlan`: its windows
+(:class:`PackedWindow`) of batches, then padding batches, dealt to its workers a batch at a
+time (:func:`deal`).
 
 A batch is ``rows`` rows; a row is a tuple of entries (unit id, token offset, token count),
 at most ``capacity`` tokens in all (a unit is one reading of a sample this epoch:
@@ -11,6 +12,7 @@ masked. A padding batch (:func:`empty_batch`) is ``rows`` empty rows.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,18 +81,23 @@ class PackedWindow:
 
 @dataclass(frozen=True, kw_only=True)
 class PackedWorker:
-    """A worker's windows (window g of the rank goes to worker g % k), then ``padding`` padding
-    batches; ``skip``: batches it delivered before a same-topology resume."""
+    """A worker's batches: batch i of its rank (the rank's windows' batches in order, then its
+    padding batches) goes to worker i % k, so every worker has batches whatever the number of
+    windows, and torch's round robin over the workers delivers the rank's batches in plan
+    order, the same for any worker count. ``windows``: the rank's windows holding any of its
+    batches; ``picks``: for each, the indices of its batches in it (``window.batches``); then
+    ``padding`` padding batches; ``skip``: batches it delivered before a same-topology resume."""
 
     worker: int
     rows: int
     windows: tuple[PackedWindow, ...]
+    picks: tuple[tuple[int, ...], ...]
     padding: int = 0
     skip: int = 0
 
     @property
     def real_batches(self) -> int:
-        return sum(len(w.batches) for w in self.windows)
+        return sum(len(p) for p in self.picks)
 
     @property
     def num_batches(self) -> int:
@@ -98,8 +105,41 @@ class PackedWorker:
 
     def batches(self) -> list[Batch]:
         """All its batches in its order, padding included (those it skips too)."""
-        out = [b for w in self.windows for b in w.batches]
+        out = [w.batches[j] for w, p in zip(self.windows, self.picks, strict=True) for j in p]
         return out + [empty_batch(self.rows)] * self.padding
+
+    def owners(self) -> list[int]:
+        """For each of its batches (:meth:`batches`), the index in ``windows`` of the window it
+        comes from; -1 for a padding batch."""
+        out = [g for g, p in enumerate(self.picks) for _j in p]
+        return out + [-1] * self.padding
+
+
+def deal(
+    windows: Sequence[PackedWindow], num_batches: int, k: int, rows: int
+) -> tuple[PackedWorker, ...]:
+    """The rank's batches (``windows``' in order, then padding up to ``num_batches``) dealt to
+    ``k`` workers: batch i to worker i % k."""
+    picks: list[dict[int, list[int]]] = [{} for _ in range(k)]
+    i = 0
+    for g, win in enumerate(windows):
+        for j in range(len(win.batches)):
+            picks[i % k].setdefault(g, []).append(j)
+            i += 1
+    out = []
+    for w in range(k):
+        mine = sorted(picks[w])
+        padding = len(range(i + (w - i) % k, num_batches, k)) if num_batches > i else 0
+        out.append(
+            PackedWorker(
+                worker=w,
+                rows=rows,
+                windows=tuple(windows[g] for g in mine),
+                picks=tuple(tuple(picks[w][g]) for g in mine),
+                padding=padding,
+            )
+        )
+    return tuple(out)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,6 +154,7 @@ class PackedRankPlan:
     workers: tuple[PackedWorker, ...]
     resume_at: int = 0  # batches of this plan already delivered (same-topology resume)
     generation: int = 0  # the segment of the epoch this plan runs (0: a fresh epoch)
+    windows: tuple[PackedWindow, ...] = ()  # the rank's windows, in order
 
     @property
     def remaining_batches(self) -> int:

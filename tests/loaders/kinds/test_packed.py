@@ -163,15 +163,18 @@ def test_each_sample_is_its_tokenizer_layout(data) -> None:  # type: ignore[no-u
 
 
 @pytest.mark.slow
-def test_the_same_batches_for_any_worker_count(data) -> None:  # type: ignore[no-untyped-def]
-    def batches(**kw: Any) -> dict[tuple[tuple[str, ...], ...], torch.Tensor]:
-        return {tuple(_rows(b)): b["input_ids"] for b in _loader(data, **kw)}
+def test_the_same_batches_in_the_same_order_for_any_worker_count(data) -> None:  # type: ignore[no-untyped-def]
+    """The rank's batches are dealt to its workers a batch at a time, so every worker has
+    some however few the windows, and the loader delivers them in the plan's order."""
+
+    def batches(**kw: Any) -> list[tuple[tuple[tuple[str, ...], ...], torch.Tensor]]:
+        return [(tuple(_rows(b)), b["input_ids"]) for b in _loader(data, **kw)]
 
     base = batches()
     for kw in ({"num_workers": 2}, {"num_workers": 3, "worker_mode": "thread"}):
         other = batches(**kw)
-        assert other.keys() == base.keys()
-        assert all(torch.equal(other[k], v) for k, v in base.items())
+        assert [r for r, _ in other] == [r for r, _ in base]
+        assert all(torch.equal(a, b) for (_, a), (_, b) in zip(other, base, strict=True))
 
 
 def test_resume_on_the_same_topology_gives_the_same_batches(data) -> None:  # type: ignore[no-untyped-def]
@@ -698,3 +701,37 @@ def test_mean_tokens_by_overflow() -> None:
         mean_tokens(lengths, Packing(length=8, overflow=o)) for o in ("truncate", "split", "drop")
     ]
     assert got == [(4 + 8 + 8) / 3, (4 + 10 + 30) / 3, 4 / 3]
+
+
+@pytest.mark.slow
+def test_over_http_workers_sharing_a_window_fetch_each_byte_once(data, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Two workers share each window (its batches are dealt in turn): from a web server each
+    asks only for the samples of its own batches, a ranged read from each run's offset (the
+    index gives them), so the tars are fetched about once between them; the batches are those
+    read from the local disk."""
+    from pathlib import Path
+
+    from tests.support.webserver import WebServer
+    from wdstool.format.tar_index import scan_shard
+
+    src, tok = data
+    folder = Path(src).parent
+    shards = sorted(folder.glob("docs-*.tar"))
+    entries = []
+    for p in shards:
+        with open(p, "rb") as f:
+            scan = scan_shard(f, p.name)
+        entries.append({"url": p.name, "nsamples": scan.nsamples,
+                        "filesize": p.stat().st_size, "offsets": list(scan.offsets)})  # fmt: skip
+    (folder / "docs.json").write_text(json.dumps({"shardlist": entries}))
+    total = sum(p.stat().st_size for p in shards)
+    local = [(tuple(_rows(b)), b["input_ids"]) for b in _loader(data, num_workers=2)]
+    with WebServer(folder) as srv:
+        kw = {"num_workers": 2, "seed": 3, "label": None}
+        loader = make_loader(f"{srv.url}/docs.json", batch_size=2, output=_spec(tok), **kw)
+        before = srv.total_sent(".tar")  # make_loader read the samples' lengths once
+        remote = [(tuple(_rows(b)), b["input_ids"]) for b in loader]
+        fetched = srv.total_sent(".tar") - before
+    assert [r for r, _ in remote] == [r for r, _ in local]
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(remote, local, strict=True))
+    assert fetched <= 1.05 * total, fetched / total  # both workers reading it all: ~2x

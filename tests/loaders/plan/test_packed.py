@@ -134,10 +134,14 @@ def test_fresh_epoch_every_token_once_equal_steps_any_workers(setup, world_size,
         got = _delivered(plan)
         _check_batches(plan, got)
         entries += [e for batch in got for row in batch for e in row]
-        windows = sorted((win for w in plan.workers for win in w.windows), key=lambda w: w.index)
+        windows = list(plan.windows)
         assert [win.index for win in windows] == list(range(len(windows)))
+        # the rank's batches in plan order (its windows', then padding), dealt a batch at a
+        # time: batch i made by worker i % k, delivered i-th
+        real_batches = [b for win in windows for b in win.batches]
+        assert got[: len(real_batches)] == real_batches
+        assert [w for w, _b in order] == [i % max(1, k1) for i in range(len(order))]
         for g, win in enumerate(windows):
-            assert plan.workers[g % max(1, k1)].windows.count(win) == 1  # window g: worker g % k
             assert len(win.ids) == pack.window or g == len(windows) - 1
             assert all(len(win.batches[j][-1]) for j in range(len(win.batches) - 1))
             dropped.update(win.dropped)
@@ -152,10 +156,10 @@ def test_fresh_epoch_every_token_once_equal_steps_any_workers(setup, world_size,
     assert max(map(len, shares)) - min(map(len, shares)) <= 1
     if not spec.shuffle:
         assert [i for s in shares for i in s] == list(range(sum(sizes)))
-    # another worker count: the same windows and batches, only their order over workers differs
+    # another worker count: the same batches in the same order
     for plan, other in zip(plans, _plans(setup, world_size, k2), strict=True):
         assert other.num_batches == plan.num_batches
-        assert Counter(_delivered(other)) == Counter(_delivered(plan))
+        assert _delivered(other) == _delivered(plan)
     assert _plans(setup, world_size, k1) == plans  # deterministic
 
 
@@ -165,20 +169,17 @@ def test_no_shuffle_packs_each_window_in_read_order(setup, world_size, k) -> Non
     sizes, lengths, spec, pack = setup
     spec = EpochSpec(seed=spec.seed, epoch=spec.epoch, shuffle=False)
     for plan in _plans((sizes, lengths, spec, pack), world_size, k):
-        for w in plan.workers:
-            for win in w.windows:
-                assert list(win.ids) == sorted(win.ids)
-                p = pack_sequences(
-                    lengths[list(win.ids)],
-                    pack.capacity,
-                    method=pack.method,
-                    window=None if pack.method == "best_fit_decreasing" else pack.open_sequences,
-                    overflow=pack.overflow,
-                )
-                rows = [
-                    tuple((win.ids[i], off, tok) for i, off, tok in seq) for seq in p.sequences()
-                ]
-                assert [r for b in win.batches for r in b if r] == rows
+        for win in plan.windows:
+            assert list(win.ids) == sorted(win.ids)
+            p = pack_sequences(
+                lengths[list(win.ids)],
+                pack.capacity,
+                method=pack.method,
+                window=None if pack.method == "best_fit_decreasing" else pack.open_sequences,
+                overflow=pack.overflow,
+            )
+            rows = [tuple((win.ids[i], off, tok) for i, off, tok in seq) for seq in p.sequences()]
+            assert [r for b in win.batches for r in b if r] == rows
 
 
 @settings(max_examples=30, deadline=None)
@@ -210,14 +211,14 @@ def _shape(seg: Segment) -> tuple[int, int, int]:
 
 def _started_dropped(plan: PackedRankPlan, batches: int) -> Counter:
     """The dropped samples of the windows a batch of which was delivered (the documented rule:
-    a window counts as started once its worker delivered a batch at or after its first)."""
+    a window counts as started once a batch at or after its first was delivered: the rank
+    delivers its windows' batches in order)."""
     out: Counter = Counter()
-    for w, done in zip(plan.workers, plan.delivered(batches), strict=True):
-        first = 0
-        for win in w.windows:
-            if done > first:
-                out.update(win.dropped)
-            first += len(win.batches)
+    first = 0
+    for win in plan.windows:
+        if batches > first:
+            out.update(win.dropped)
+        first += len(win.batches)
     return out
 
 
@@ -265,7 +266,7 @@ def test_elastic_resume_delivers_every_remaining_token_once(setup, segments, fin
         got = _delivered(plan)
         _check_batches(plan, got)
         entries += [e for batch in got for row in batch for e in row]
-        dropped += Counter(i for w in plan.workers for win in w.windows for i in win.dropped)
+        dropped += Counter(i for win in plan.windows for i in win.dropped)
     _check_cover(entries, lengths, pack)
     assert dropped == _over(lengths, pack)
 
@@ -383,7 +384,7 @@ def test_mixture_every_unit_once_in_the_mixture_plans_shares(setup, world_size, 
         got = _delivered(plan)
         _check_batches(plan, got)
         entries += [e for batch in got for row in batch for e in row]
-        windows = sorted((win for w in plan.workers for win in w.windows), key=lambda w: w.index)
+        windows = plan.windows
         order = _read_order(mix, spec, Topology(rank, world_size))
         assert [i for win in windows for i in win.ids] == [
             unit_id(g, rep, mix.num_samples) for g, rep in order
@@ -454,9 +455,7 @@ def test_mixture_elastic_resume_delivers_every_remaining_token_once(setup, segme
             _check_batches(plan, got)
             entries += [e for batch in got for row in batch for e in row]
             if frac is None:  # the epoch's end: every window of it counted
-                counted += Counter(
-                    i for w in plan.workers for win in w.windows for i in win.dropped
-                )
+                counted += Counter(i for win in plan.windows for i in win.dropped)
             else:
                 counted += _started_dropped(plan, t)
         history.append(Segment(world_size, workers, rows, t))
@@ -479,10 +478,24 @@ def test_best_fit_decreasing_rows_come_in_a_seeded_order() -> None:
 
     def longest_per_row(shuffle: bool, seed: int) -> list[int]:
         spec = EpochSpec(seed=seed, epoch=0, shuffle=shuffle)
-        (win,) = plan_packed([400], lengths, spec, pack, Topology(0, 1, 0)).workers[0].windows
+        (win,) = plan_packed([400], lengths, spec, pack, Topology(0, 1, 0)).windows
         return [max(int(lengths[sid]) for sid, _, _ in row) for (row,) in win.batches]
 
     assert longest_per_row(False, 0) == sorted(longest_per_row(False, 0), reverse=True)
     a, b = longest_per_row(True, 0), longest_per_row(True, 1)
     assert a != sorted(a, reverse=True) and b != sorted(b, reverse=True) and a != b
     assert sorted(a) == sorted(b)  # the same kind of rows, in another order
+
+
+@settings(max_examples=40, deadline=None)
+@given(setup=setups(), k=st.integers(2, 4))
+def test_every_worker_has_batches_however_few_the_windows(setup, k) -> None:
+    """One window can feed every worker: a rank with b batches gives each of its k workers
+    b // k or b // k + 1 of them (window g went whole to worker g % k: with one window, one
+    worker worked and the others idled)."""
+    sizes, lengths, spec, pack = setup
+    pack = PackSpec(**{**pack.__dict__, "window": 10**6})  # one window a rank
+    (plan,) = [plan_packed(sizes, lengths, spec, pack, Topology(0, 1, k))]
+    counts = [w.num_batches for w in plan.workers]
+    assert len(plan.windows) <= 1
+    assert max(counts) - min(counts) <= 1 and sum(counts) == plan.num_batches
