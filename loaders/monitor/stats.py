@@ -47,6 +47,7 @@ class Sums:
     __slots__ = (
         "bound",
         "first",
+        "longest",
         "outside",
         "ready",
         "replaced",
@@ -61,6 +62,7 @@ class Sums:
     def __init__(self) -> None:
         self.steps = self.samples = self.bound = self.replaced = 0
         self.wait = self.step = self.ready = self.first = self.outside = self.stall = 0.0
+        self.longest = 0.0  # the longest wait for a batch (a pass's first left out)
         self.worker: dict[str, float] = {}
 
     def add(self, rec: _Step) -> None:
@@ -73,6 +75,7 @@ class Sums:
         if rec.first:
             self.first += rec.wait
         else:
+            self.longest = max(self.longest, rec.wait)
             self.stall += rec.stall
             if rec.stall > BOUND_WAIT_S and rec.stall > BOUND_WAIT_SHARE * (rec.wait + rec.step):
                 self.bound += 1
@@ -104,7 +107,12 @@ class Window:
     share of steps that stalled more than 1 ms and 5% of their time; ``stages_s``: worker seconds per stage (summed over workers), ``stage_shares``
     the same as shares of the workers' time; ``worker_cpu``: CPU seconds over wall seconds of
     a worker (1.0: a core busy); ``prefetch_occupancy``: batches ready when the loop asked,
-    over the queue's capacity (workers x prefetch_factor), averaged over steps.
+    over the queue's capacity (workers x prefetch_factor), averaged over steps;
+    ``workers_busy``: the workers' time making batches (every stage but the hand-off) over
+    the workers' time there was (workers x ``seconds``): below 1 where workers sat blocked on
+    a full queue or had nothing to make; ``wait_per_batch_s`` and ``longest_wait_s``: the mean
+    and the longest wait in ``next()`` for a batch (a pass's first left out): a batch that
+    kept the loop waiting while other workers' batches were ready shows here.
     """
 
     steps: int = 0
@@ -120,6 +128,9 @@ class Window:
     stage_shares: dict[str, float] = field(default_factory=dict)
     worker_cpu: float = 0.0
     prefetch_occupancy: float = 0.0
+    workers_busy: float = 0.0
+    wait_per_batch_s: float = 0.0
+    longest_wait_s: float = 0.0
     bytes_read: int = 0
     network_bytes: int = 0
     requests: int = 0
@@ -130,7 +141,9 @@ class Window:
     samples_replaced: int = 0
 
     @classmethod
-    def of(cls, s: Sums) -> Window:
+    def of(cls, s: Sums, workers: int = 0) -> Window:
+        """The window of sums ``s`` of a loader of ``workers`` workers (0: none, the main
+        process makes the batches: one)."""
         seconds = s.wait + s.step
         steady = seconds - s.first - s.outside
         w = s.worker
@@ -150,6 +163,8 @@ class Window:
         stages = {k: stages[k] for k in STAGES}
         total = sum(stages.values())
         wall = w.get("wall", 0.0)
+        busy = total - stages["handoff"]
+        later = s.steps - (1 if s.first else 0)  # the batches after a pass's first
         return cls(
             steps=s.steps,
             samples=s.samples,
@@ -164,6 +179,11 @@ class Window:
             stage_shares={k: v / total if total > 0 else 0.0 for k, v in stages.items()},
             worker_cpu=w.get("cpu", 0.0) / wall if wall > 0 else 0.0,
             prefetch_occupancy=s.ready / s.steps if s.steps else 0.0,
+            workers_busy=min(1.0, busy / (max(1, workers) * (seconds - s.outside)))
+            if seconds > s.outside
+            else 0.0,
+            wait_per_batch_s=(s.wait - s.first - s.outside) / later if later > 0 else 0.0,
+            longest_wait_s=s.longest,
             samples_replaced=s.replaced,
             **{k: int(w.get(k, 0)) for k in EVENTS},  # type: ignore[arg-type]
         )
@@ -206,6 +226,9 @@ class LoaderStats:
             "input_bound_steps": r.input_bound_steps,
             "prefetch_occupancy": r.prefetch_occupancy,
             "worker_cpu": r.worker_cpu,
+            "workers_busy": r.workers_busy,
+            "wait_per_batch_s": r.wait_per_batch_s,
+            "longest_wait_s": r.longest_wait_s,
             "workers": self.workers,
             "prefetch_factor": self.prefetch_factor,
             "epoch_wait_s": e.wait_s,
@@ -304,20 +327,21 @@ class Meter:
         self._last_yield = None
         self._first = True
 
-    def windows(self) -> tuple[Window, Window]:
+    def windows(self, workers: int = 0) -> tuple[Window, Window]:
         recent = Sums()
         for rec in self.recent:
             recent.add(rec)
-        return Window.of(self.epoch), Window.of(recent)
+        return Window.of(self.epoch, workers), Window.of(recent, workers)
 
     def stats(self, pids: list[int] | None = None, **settings: Any) -> LoaderStats:
         """The stats; ``pids``: the loader's processes whose memory to read (None: none is
         read, ``memory`` is zeros: the verdict needs none of it)."""
-        epoch, recent = self.windows()
+        workers = int(settings.get("workers", 0))
+        epoch, recent = self.windows(workers)
         return LoaderStats(
             epoch_so_far=epoch,
             recent=recent,
-            all_epochs=Window.of(self.total),
+            all_epochs=Window.of(self.total, workers),
             setup=Window.of(self.setup),
             memory=Memory() if pids is None else tree_memory(pids),
             **settings,

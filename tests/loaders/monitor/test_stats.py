@@ -61,7 +61,11 @@ def test_stats_agree_with_the_loops_clock_and_the_shards(photos: Path, workers, 
     assert abs(sum(e.stage_shares.values()) - 1) < 1e-9
     assert 0 < e.worker_cpu <= 1.5
     assert 0 <= e.prefetch_occupancy <= 1
-    assert s.memory.pss > 0 and s.memory.owned > 0 and s.memory.host_total > 0
+    # the workers' time making batches over the time there was; the waits after the first
+    assert 0 < e.workers_busy <= 1
+    assert 0 <= e.wait_per_batch_s * (e.steps - 1) <= e.wait_s - e.first_batch_s + 1e-9
+    assert e.wait_per_batch_s <= e.longest_wait_s <= e.wait_s - e.first_batch_s + 1e-9
+    assert s.flat()["loader/workers_busy"] == s.recent.workers_busy
     assert s.memory.processes == (1 + workers if mode == "process" else 1)
     flat = s.flat()
     assert flat["loader/epoch_samples"] == 96 and all(isinstance(v, float) for v in flat.values())
