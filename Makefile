@@ -20,7 +20,7 @@ BENCH_REPEATS ?= 3
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py wdstool/format/_jpegcrop.c wdstool/format/_jpegtran.c wdstool/format/_jpegguard.h wdstool/format/_mapread.c loaders/recipe/_pilresample.c
+$(STAMP): pyproject.toml setup.py wdstool/format/_jpegcrop.c wdstool/format/_jpegtran.c wdstool/format/_jpegguard.h wdstool/format/_mapread.c loaders/recipe/_pilresample.c loaders/kinds/_planar.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(TORCH_PINS) -e '.[dev,ray,parquet,lightning,accelerate,torchtnt,show,docs,monitor,video,text]'
@@ -154,7 +154,7 @@ PEERS_ROUNDS ?= 3
 PEERS_FLAGS ?=
 PEERS_RECIPE_OUT ?= bench/results/peers-recipe
 
-$(PEERS_STAMP): pyproject.toml setup.py wdstool/format/_jpegcrop.c wdstool/format/_jpegtran.c wdstool/format/_jpegguard.h wdstool/format/_mapread.c loaders/recipe/_pilresample.c bench/peers/requirements.txt
+$(PEERS_STAMP): pyproject.toml setup.py wdstool/format/_jpegcrop.c wdstool/format/_jpegtran.c wdstool/format/_jpegguard.h wdstool/format/_mapread.c loaders/recipe/_pilresample.c loaders/kinds/_planar.c bench/peers/requirements.txt
 	test -x $(PEERS_PY) || $(PYTHON) -m venv $(PEERS_VENV)
 	$(PEERS_PY) -m pip install --quiet --upgrade pip
 	@pkg-config --exists opencv4 libturbojpeg 2>/dev/null || { \

@@ -1,7 +1,8 @@
 """The compiled parts: wdstool/format/_jpegcrop.c (partial JPEG decode with libjpeg-turbo),
 wdstool/format/_jpegtran.c (restart markers added losslessly, for that decoder),
-wdstool/format/_mapread.c (guarded reads out of memory-mapped shards) and
-loaders/recipe/_pilresample.c (Pillow's resampling, bit for bit, vectorized).
+wdstool/format/_mapread.c (guarded reads out of memory-mapped shards),
+loaders/recipe/_pilresample.c (Pillow's resampling, bit for bit, vectorized) and
+loaders/kinds/_planar.c (a batch's images from interleaved pixels into planes).
 
 It is optional: where no C compiler or libjpeg headers are found (Debian/Ubuntu:
 ``apt install libjpeg-dev``) the build goes on without it and the loaders decode whole images
@@ -46,6 +47,14 @@ setup(
             "loaders.recipe._pilresample",
             ["loaders/recipe/_pilresample.c"],
             extra_compile_args=["-O3", "-ffp-contract=off"],
+            optional=True,
+        ),
+        # a batch's images into their [3,h,w] planes from the decoder's interleaved pixels,
+        # vectorized (8x torch's copy of a permuted view); without it: that copy
+        Extension(
+            "loaders.kinds._planar",
+            ["loaders/kinds/_planar.c"],
+            extra_compile_args=["-O3"],
             optional=True,
         ),
     ]

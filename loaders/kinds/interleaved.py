@@ -25,6 +25,11 @@ from loaders.schema import Pad
 from wdstool.base import counters
 from wdstool.base.errors import ConfigError, SampleError
 
+try:  # the compiled copy into planes (setup.py); without it torch's copy of a permuted view
+    from loaders.kinds._planar import to_planar
+except ImportError:  # pragma: no cover - a build without a C compiler
+    to_planar = None
+
 POOL_IMAGES = 2  # a slot holds this many of the largest images per sample...
 POOL_CAP = 64 << 20  # ...up to this many bytes; a batch of more is allocated, not pooled
 
@@ -170,9 +175,21 @@ def flat_images(images: list[torch.Tensor], out: Slot) -> Any:
         flat = new_tensor((total,), (1,), torch.uint8, out.shared)
     at = 0
     for im in images:
-        flat[at : at + im.numel()].view(im.shape).copy_(im)
+        into_planes(flat[at : at + im.numel()], im)
         at += im.numel()
     return out.send(flat)
+
+
+def into_planes(dst: torch.Tensor, im: torch.Tensor) -> None:
+    """A uint8 [3,h,w] image into ``dst`` (flat, contiguous) as its three planes. An image
+    whose pixels lie interleaved (the decoder's, a channels-last resize's) goes through
+    :mod:`loaders.kinds._planar` where it was compiled (0.25 ms a 1 MP image; torch's copy of
+    the permuted view: 2.3 ms)."""
+    hwc = im.permute(1, 2, 0)
+    if to_planar is not None and hwc.is_contiguous():
+        to_planar(hwc.numpy(), dst.numpy())
+    else:
+        dst.view(im.shape).copy_(im)
 
 
 def split_images(batch: dict[str, Any]) -> list[torch.Tensor]:
