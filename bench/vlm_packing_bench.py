@@ -4,6 +4,8 @@
     python bench/vlm_packing_bench.py [--samples 2000] [--length 4096] [--rows 4] [--workers 2]
         [--rounds 3] [--data bench/data/vlm] [--out bench/results/vlm-packing.md]
     python bench/vlm_packing_bench.py run NAME --data DIR ...   # one pipeline, one JSON line
+    python bench/vlm_packing_bench.py grid --pipelines wdstool,energon --data bench/data
+        [--grid-samples 400,800,2000,8000] [--grid-workers 2,4]   # by samples a rank x workers
 
 The data set (generated once under ``--data``, reused while its settings match): ``--samples``
 interleaved documents packed by ``wdstool pack`` from an OBELICS-style listing (``KEY.0.jpg`` ..
@@ -590,6 +592,14 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
         imgs.append(len(batch["image_sizes"]))
         toks.append(int(per_row.sum()))
     n = len(stamps)
+    wstats = loader.stats(memory=False).epoch_so_far if hasattr(loader, "stats") else None
+    del loader  # its workers exit: their CPU time is the children's
+    import gc
+    import resource
+
+    gc.collect()
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     k = min(args.warmup, n // 2)  # tiny epochs: time at least the second half
     start = stamps[k - 1] if k else t0
     timed = stamps[-1] - start if n else 0.0
@@ -607,6 +617,13 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
         if tot["rows"]
         else None,
         **tot,
+        "main_cpu_s": round(own.ru_utime + own.ru_stime, 2),
+        "workers_cpu_s": round(kids.ru_utime + kids.ru_stime, 2),
+        # wdstool's own account: the workers' time making batches over the time there was,
+        # and the loop's wait for a batch (mean, longest)
+        "workers_busy": round(wstats.workers_busy, 3) if wstats else None,
+        "wait_per_batch_s": round(wstats.wait_per_batch_s, 4) if wstats else None,
+        "longest_wait_s": round(wstats.longest_wait_s, 3) if wstats else None,
         "duplicate_keys": dup,
         "keys_digest": f"{sum(zlib.crc32(k.encode()) for k in keys) % (1 << 32):08x}",
         "distinct_keys": len(keys),
@@ -755,7 +772,7 @@ def report(args: argparse.Namespace, meta: dict[str, Any], runs: list[dict[str, 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("action", nargs="?", default="bench", choices=["bench", "run"])
+    p.add_argument("action", nargs="?", default="bench", choices=["bench", "run", "grid"])
     p.add_argument("pipeline", nargs="?", choices=PIPELINES)
     p.add_argument("--data", type=Path, default=REPO / "bench" / "data" / "vlm")
     p.add_argument("--samples", type=int, default=2000)
@@ -784,11 +801,123 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         help="the interpreter of the energon runs (default: .venv-peers' if it has "
         "megatron-energon, else this one)",
     )
+    p.add_argument("--grid-samples", default="400,800,2000,8000", help="grid: samples a rank")
+    p.add_argument("--grid-workers", default="2,4", help="grid: workers")
     p.add_argument("--check", action="store_true", help="also sum every pixel (slower)")
     p.add_argument("--out", type=Path, default=None, help="the report (Markdown), + .json")
     args = p.parse_args(argv)
     args.pipelines = [x for x in args.pipelines.split(",") if x]
     return args
+
+
+def grid(args: argparse.Namespace) -> None:
+    """``grid``: wdstool against each peer at every ``--grid-samples`` (samples a rank: the
+    data set, one rank) x ``--grid-workers``, each data set in ``DATA-ROOT/vlm-N``, rounds
+    interleaved per data set; one table (issue 58: a rank's share of a window or two)."""
+    runs: list[dict[str, Any]] = []
+    metas: dict[int, dict[str, Any]] = {}
+    root = args.data
+    for n in [int(x) for x in args.grid_samples.split(",")]:
+        args.data, args.samples = root / f"vlm-{n}", n
+        meta = metas[n] = prepare(args.data, n, args.seed, args.pool, args.shards)
+        pythons = dict.fromkeys(args.pipelines, sys.executable)
+        if "energon" in args.pipelines:
+            py, why = energon_python(args.energon_python)
+            if py is None:
+                raise SystemExit(f"energon: {why}")
+            pythons["energon"] = py
+            energon_folder(args.data, meta, py)
+        for rnd in range(args.rounds + 1):
+            for w in [int(x) for x in args.grid_workers.split(",")]:
+                args.workers = w
+                for name in args.pipelines:
+                    r = spawn(args, name, pythons[name])
+                    r.update(round=rnd, grid_samples=n, grid_workers=w)
+                    runs.append(r)
+                    print(json.dumps({k: r.get(k) for k in ("pipeline", "grid_samples",
+                          "grid_workers", "round", "seq_per_s", "tokens_per_s", "epoch_s",
+                          "first_batch_s", "workers_busy", "error")}), flush=True)  # fmt: skip
+    args.data = root
+    text = grid_report(args, metas, runs)
+    print(text)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+        args.out.with_suffix(".json").write_text(
+            json.dumps({"argv": sys.argv[1:], "runs": runs}, indent=1)
+        )
+
+
+def grid_report(args: argparse.Namespace, metas: dict[int, Any], runs: list[dict[str, Any]]) -> str:
+    m = machine()
+    peers = [p for p in args.pipelines if p != "wdstool"]
+    lines = [
+        "# Packed vision-language loading: wdstool against Megatron-Energon, by samples a rank",
+        "",
+        f"`{' '.join(['python', 'bench/vlm_packing_bench.py', *sys.argv[1:]])}`",
+        "",
+        f"The data sets of the script's docstring at each size (one rank: its share is the data "
+        f"set); rows of {args.length} tokens, {args.rows} rows a batch, best-fit over windows "
+        f"of {args.window} samples (Energon: its packing buffer), at most {args.open_sequences} "
+        f"open rows, prefetch {args.prefetch}; {args.rounds} timed rounds after a warm one, "
+        f"pipelines interleaved; sequences/s after {args.warmup} warm-up batches, medians. "
+        "`workers busy`: wdstool's `stats()` (the workers' time making batches over the "
+        "workers' time there was), `wait`: its mean wait for a batch after the first.",
+        "",
+        f"Machine: {m['cores']} cores, {m['cpu']}; Python {m['python']}; "
+        + ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v),
+        "",
+        "| samples a rank | workers | windows | wdstool seq/s | "
+        + " | ".join(
+            f"{p} seq/s | ÷ {p} (seq/s, tokens/s) | epoch s (wdstool / {p})" for p in peers
+        )
+        + " | workers busy | wait per batch | first batch s |",
+        "|---:|---:|---:|---:|" + "---:|---|---|" * len(peers) + "---:|---:|---:|",
+    ]
+    timed = [r for r in runs if r.get("round", 0) > 0 and "error" not in r]
+
+    def med(n: int, w: int, name: str, key: str) -> float | None:
+        vals = [r[key] for r in timed if (r["grid_samples"], r["grid_workers"], r["pipeline"])
+                == (n, w, name) and r.get(key) is not None]  # fmt: skip
+        return statistics.median(vals) if vals else None
+
+    for n in metas:
+        for w in sorted({r["grid_workers"] for r in runs}):
+            ours = med(n, w, "wdstool", "seq_per_s")
+            cells = [f"{n:,}", str(w), str(-(-n // args.window)), f"{ours or 0:,.1f}"]
+            for p in peers:
+                theirs = med(n, w, p, "seq_per_s")
+                tk = (med(n, w, "wdstool", "tokens_per_s") or 0) / (
+                    med(n, w, p, "tokens_per_s") or 1
+                )
+                e_ours, e_theirs = med(n, w, "wdstool", "epoch_s"), med(n, w, p, "epoch_s")
+                cells += [
+                    f"{theirs or 0:,.1f}",
+                    f"**{(ours or 0) / (theirs or 1):.2f}**, {tk:.2f}",
+                    f"{e_ours or 0:.1f} / {e_theirs or 0:.1f}",
+                ]
+            busy = med(n, w, "wdstool", "workers_busy")
+            wait = med(n, w, "wdstool", "wait_per_batch_s")
+            first = med(n, w, "wdstool", "first_batch_s")
+            cells += [f"{busy or 0:.0%}", f"{(wait or 0) * 1e3:.0f} ms", f"{first or 0:.2f}"]
+            lines.append("| " + " | ".join(cells) + " |")
+    agree = all(
+        len(
+            {
+                tuple(r[c] for c in CHECKED)
+                for r in runs
+                if r.get("grid_samples") == n and "error" not in r
+            }
+        )
+        <= 1
+        for n in metas
+    )
+    lines += ["", f"Same samples, tokens and images in every run of every pipeline, per size: "
+              f"{'yes' if agree else 'NO'}"]  # fmt: skip
+    errors = [r for r in runs if "error" in r]
+    if errors:
+        lines.append(f"Failed runs: {len(errors)} (first: {errors[0]['error']})")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -797,6 +926,9 @@ def main(argv: list[str] | None = None) -> None:
         if args.pipeline is None:
             raise SystemExit("run NAME: one of " + ", ".join(PIPELINES))
         print(json.dumps(run_one(args)), flush=True)
+        return
+    if args.action == "grid":
+        grid(args)
         return
     t = time.perf_counter()
     meta = prepare(args.data, args.samples, args.seed, args.pool, args.shards)
