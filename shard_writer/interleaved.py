@@ -14,7 +14,7 @@ row is one of two kinds, one for the whole listing:
   without markers: the images come first, then the text. No text column: images only.
 
 Paths are read as a listing's ``path`` is (relative to the listing's folder, absolute, or a
-URL); a row needs one image at least, and may name an image twice. Labels (``label``) are a
+URL); a row may have no image (text only) but not neither, and may name an image twice. Labels (``label``) are a
 listing's; every other column goes into ``KEY.json`` as the listing typed it. Every check
 here is one error naming the file and the row, before any image is read; the images are
 probed as any listing's (:mod:`shard_writer.interleaved_write`).
@@ -37,11 +37,14 @@ MARKER = "<image>"
 class Doc:
     """One row: ``file`` the row itself (its index and number, the first image's path for its
     key, its label and other columns), ``texts`` in reading order with None where an image
-    stands, ``images`` those images in order (files of the scan, by their ``index``)."""
+    stands, ``images`` those images in order (files of the scan, by their ``index``); a
+    conversation's ``messages`` (roles and turns, its image parts in the images' order:
+    :mod:`shard_writer.conversations`), None for a document."""
 
     file: SourceFile
     texts: tuple[str | None, ...]
     images: tuple[SourceFile, ...]
+    messages: tuple[dict, ...] | None = None
 
     @property
     def chars(self) -> int:
@@ -118,12 +121,14 @@ def scan_interleaved(
             at = resolve(base, path)
             images.append(SourceFile(len(files), path, labels[i], -1, at, row.number))
             files.append(images[-1])
-        if not images:
-            raise InputError(f"{url}: {row.where()}: no images ({cols.images!r} is empty)")
+        if not images and not any(texts):
+            raise InputError(
+                f"{url}: {row.where()}: neither an image nor a text ({cols.images!r} is empty)"
+            )
         extra = {k: jsonable(url, row, k, v) for k, v in row.values.items() if k not in own}
         row_file = SourceFile(
             index=i,
-            relpath=images[0].relpath,
+            relpath=images[0].relpath if images else "",
             class_idx=labels[i],
             size=-1,
             row=row.number,

@@ -40,6 +40,7 @@ from shard_writer.probe import EncodeOptions, ImageInfo, Payload, payload_for, p
 from shard_writer.scan import Skipped, describe, printable
 from shard_writer.write import ShardOutcome, write_published
 from wdstool.base.errors import ConfigError, InputError, OnError
+from wdstool.format.conversation import named
 from wdstool.format.interleaved import InterleavedShard, image_member
 from wdstool.format.tar_write import END, member_bytes, write_member
 
@@ -79,9 +80,10 @@ def probe_docs(
 
 
 def doc_json(doc: Doc, infos: Sequence[ImageInfo], classes: Sequence[str]) -> bytes:
-    """The ``KEY.json`` payload: ``texts`` and ``images`` (parallel lists), ``paths`` (each
-    image's source), a label's ``class_index``/``class``, and the row's other columns, which
-    win over those but not over the two lists. Canonical JSON (sorted keys, ASCII)."""
+    """The ``KEY.json`` payload: ``texts`` and ``images`` (parallel lists; a conversation's
+    ``messages`` instead), ``paths`` (each image's source), a label's ``class_index``/``class``,
+    and the row's other columns, which win over those but not over the lists. Canonical JSON
+    (sorted keys, ASCII)."""
     f = doc.file
     members = iter(image_member(n, info.ext) for n, info in enumerate(infos))
     meta: dict[str, object] = {"paths": [printable(i.relpath) for i in doc.images]}
@@ -91,8 +93,11 @@ def doc_json(doc: Doc, infos: Sequence[ImageInfo], classes: Sequence[str]) -> by
             meta["class"] = classes[f.class_idx]
     if f.extra:
         meta.update(json.loads(f.extra))
-    meta["texts"] = list(doc.texts)
-    meta["images"] = [next(members) if t is None else None for t in doc.texts]
+    if doc.messages is not None:  # a conversation: roles and turns, its images named
+        meta["messages"] = named(doc.messages, list(members))
+    else:
+        meta["texts"] = list(doc.texts)
+        meta["images"] = [next(members) if t is None else None for t in doc.texts]
     return json.dumps(meta, sort_keys=True, separators=(",", ":")).encode("ascii")
 
 
@@ -234,6 +239,8 @@ def doc_fingerprint(scan: InterleavedScan, specs: Sequence[DocShard], options: P
         for doc, key in zip(spec.docs, spec.keys, strict=True):
             images = [[f.relpath, f.size] for f in doc.images]
             row = [key, doc.file.class_idx, doc.file.extra, list(doc.texts), images]
+            if doc.messages is not None:
+                row.append(list(doc.messages))
             h.update(b"\0" + json.dumps(row).encode("ascii"))
     return h.hexdigest()
 

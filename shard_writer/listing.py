@@ -1,7 +1,7 @@
 """SRC as a listing file: one row per image or video, in the order the shards' samples start from.
 
-``wdstool pack LISTING DEST`` where LISTING is a ``.csv``, ``.tsv``, ``.jsonl`` or ``.parquet``
-file, local or at any fsspec URL. Columns (renamed with :class:`ListingColumns`):
+``wdstool pack LISTING DEST`` where LISTING is a ``.csv``, ``.tsv``, ``.json`` (a list of
+rows), ``.jsonl`` or ``.parquet`` file, local or at any fsspec URL. Columns (renamed with :class:`ListingColumns`):
 
 - ``path`` (required): the image or video (the probe tells them apart by their bytes), relative
   to the listing's folder (on S3 too), absolute, or a URL (``s3://...``, any fsspec URL). Two
@@ -21,7 +21,9 @@ file, local or at any fsspec URL. Columns (renamed with :class:`ListingColumns`)
 
 A JSON Lines or parquet listing whose rows are documents of several images and texts (a list
 column ``images`` and no ``path``; or ``images_column=``) is read by
-:mod:`shard_writer.interleaved`.
+:mod:`shard_writer.interleaved`; one whose rows are conversations (a ``conversations`` or
+``messages`` column and no ``path``; also a ``.json`` file holding a list of rows, as LLaVA
+publishes them) by :mod:`shard_writer.conversations`.
 
 Everything is checked here, before any image is read: a bad listing is one error naming the
 file and the row, never a partial dataset. The images are checked by the probe, as a tree's.
@@ -35,6 +37,7 @@ import posixpath
 from dataclasses import dataclass
 
 from shard_writer import sources
+from shard_writer.conversations import is_conversations, scan_conversations
 from shard_writer.interleaved import Columns, scan_interleaved
 from shard_writer.listing_read import FORMATS, Row, read_rows
 from shard_writer.row_values import column_labels, jsonable, listing_folder, resolve, text_value
@@ -43,7 +46,7 @@ from wdstool.base.credentials import redact
 from wdstool.base.errors import ConfigError, InputError, StorageError
 from wdstool.base.urls import is_remote, local_path
 
-USE = "use .csv, .tsv, .jsonl or .parquet"
+USE = "use .csv, .tsv, .json, .jsonl or .parquet"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,10 +59,11 @@ class ListingColumns:
     label: str | None = None
     caption: str | None = None
     images: str | None = None
+    key: str | None = None  # a listing of conversations: the column of the samples' keys
 
     def __post_init__(self) -> None:
         given = (("path", self.path), ("label", self.label), ("caption", self.caption))
-        for opt, value in (*given, ("images", self.images)):
+        for opt, value in (*given, ("images", self.images), ("key", self.key)):
             if value is not None and not value:
                 raise ConfigError(f"{opt}_column='': the column name is empty")
         names = self.names
@@ -81,7 +85,7 @@ class ListingColumns:
 
     @property
     def given(self) -> bool:
-        return (self.path, self.label, self.caption, self.images) != (None, None, None, None)
+        return (self.path, self.label, self.caption, self.images, self.key) != (None,) * 5
 
 
 def listing_format(src: str) -> str | None:
@@ -110,7 +114,7 @@ def scan_source(
         raise ConfigError(
             f"{src}: path_column=, label_column=, caption_column= and images_column= apply to "
             "a listing SRC "
-            f"(a .csv, .tsv, .jsonl or .parquet file), not to an ImageFolder tree"
+            f"(a .csv, .tsv, .json, .jsonl or .parquet file), not to an ImageFolder tree"
         )
     path = local_path(src)
     if not is_remote(src) and not os.path.lexists(path):
@@ -153,6 +157,19 @@ def scan_listing(
         and "video" not in (label_col, caption_col)
     ):
         path_col = "video"  # a listing of videos names its files so
+    if columns.path is None and path_col not in names and is_conversations(names):
+        return scan_conversations(
+            url,
+            fmt,
+            names,
+            rows,
+            images=columns.images,
+            label=label_col,
+            key=columns.key,
+            storage_options=storage_options,
+        )
+    if columns.key is not None:
+        raise ConfigError(f"{url}: key_column= applies to a listing of conversations")
     images_col = columns.images or "images"
     if columns.images is not None or (
         columns.path is None and path_col not in names and images_col in names
@@ -225,7 +242,7 @@ def _read(url: str, storage_options: dict | None) -> bytes:
         except IsADirectoryError:
             raise InputError(
                 f"{url}: a directory, not a listing file (an ImageFolder tree's name "
-                "cannot end in .csv, .tsv, .jsonl or .parquet)"
+                "cannot end in .csv, .tsv, .json, .jsonl or .parquet)"
             ) from None
         except OSError as exc:
             raise InputError(f"{url}: cannot read the listing: {exc.strerror or exc}") from None

@@ -1,4 +1,4 @@
-"""Read a listing file's bytes into rows: CSV, TSV, JSON Lines or parquet.
+"""Read a listing file's bytes into rows: CSV, TSV, JSON (a list of rows), JSON Lines or parquet.
 
 A row is a dict of column -> value, numbered from 1 in file order (the header line of a CSV or
 TSV is not a row), with the physical line it starts on for the text formats, so messages can
@@ -11,6 +11,7 @@ is a string; JSON Lines and parquet keep theirs. Nothing here knows what the col
   what ``pandas.to_csv(sep="\\t")`` writes. Blank lines are ignored; a row with another number of
   fields than the header, or bad quoting, is an error.
 - JSON Lines: one JSON object per line (blank lines ignored); ``NaN``/``Infinity`` are not JSON.
+- JSON: one list of objects (LLaVA's conversation files), rows numbered in list order.
 - Parquet: needs pyarrow (``pip install -e '.[parquet]'``).
 """
 
@@ -24,7 +25,7 @@ from typing import Any
 
 from wdstool.base.errors import ConfigError, InputError
 
-FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".parquet": "parquet"}
+FORMATS = {".csv": "csv", ".tsv": "tsv", ".json": "json", ".jsonl": "jsonl", ".parquet": "parquet"}
 PARQUET_HINT = "reading a .parquet listing needs pyarrow: pip install -e '.[parquet]'"
 
 
@@ -49,6 +50,8 @@ def read_rows(data: bytes, fmt: str, name: str) -> tuple[list[str], list[Row]]:
         return _delimited(_text(data, name), name, "," if fmt == "csv" else "\t")
     if fmt == "jsonl":
         return _json_lines(_text(data, name), name)
+    if fmt == "json":
+        return _json_list(_text(data, name), name)
     if fmt == "parquet":
         return _parquet(data, name)
     raise ValueError(f"unknown listing format {fmt!r}")
@@ -127,6 +130,30 @@ def _json_lines(text: str, name: str) -> tuple[list[str], list[Row]]:
             raise InputError(f"{name}: {at} is not a JSON object ({type(obj).__name__})")
         columns.update(dict.fromkeys(obj))
         rows.append(Row(row_no, lineno, obj))
+    return list(columns), rows
+
+
+def _json_list(text: str, name: str) -> tuple[list[str], list[Row]]:
+    """A JSON file holding a list of rows (objects), as LLaVA publishes its conversations."""
+    try:
+        obj = json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"{name}: not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+        ) from None
+    except ValueError as exc:
+        raise InputError(f"{name}: not valid JSON: {exc}") from None
+    if not isinstance(obj, list):
+        raise InputError(
+            f"{name}: a .json listing is a list of rows (objects), not a {type(obj).__name__}"
+        )
+    columns: dict[str, None] = {}
+    rows: list[Row] = []
+    for n, row in enumerate(obj, 1):
+        if not isinstance(row, dict):
+            raise InputError(f"{name}: row {n} is not a JSON object ({type(row).__name__})")
+        columns.update(dict.fromkeys(row))
+        rows.append(Row(n, 0, row))
     return list(columns), rows
 
 

@@ -122,6 +122,8 @@ class PackOptions(WriteOptions):
     # a listing of samples of several images: the column listing each row's images (None:
     # "images", when the listing has no path column)
     images_column: str | None = None
+    # a listing of conversations: the column of the samples' keys (None: "id" where unique)
+    key_column: str | None = None
     # a parquet SRC whose images are in a column (Hub style): that column (None: "image", when
     # the file has no path column)
     image_column: str | None = None
@@ -136,6 +138,7 @@ class PackOptions(WriteOptions):
             label=self.label_column,
             caption=self.caption_column,
             images=self.images_column,
+            key=self.key_column,
         )  # validates names
         if self.image_column is not None and not self.image_column:
             raise ConfigError("image_column='': the column name is empty")
@@ -149,6 +152,7 @@ class PackOptions(WriteOptions):
             label=self.label_column,
             caption=self.caption_column,
             images=self.images_column,
+            key=self.key_column,
         )
 
     @property

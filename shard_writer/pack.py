@@ -49,7 +49,7 @@ def pack(
     progress: ProgressFn | None = None,
     on_total: Callable[[int, int, str], None] | None = None,
 ) -> PackSummary:
-    """Pack ``src`` (an ImageFolder tree, or a listing file: a .csv, .tsv, .jsonl or .parquet
+    """Pack ``src`` (an ImageFolder tree, or a listing file: a .csv, .tsv, .json, .jsonl or .parquet
     file naming one image or video per row) into shards and ``index.json`` under ``dest_url``; with
     ``options.append``, as a new version of the data set already there.
 
@@ -87,7 +87,7 @@ def _pack(
     if options.on_error is OnError.RAISE and scan.problems:
         p = scan.problems[0]
         raise InputError(f"{os.path.join(scan.root, p.path)}: {p.reason}")
-    if not scan.files:
+    if not scan.files and not (isinstance(scan, InterleavedScan) and scan.docs):
         raise InputError(
             f"{scan.root}: no images or videos found (extensions: .jpg .jpeg .png .webp ... "
             ".mp4 .webm .mkv .mov .m4v .avi)"

@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from shard_writer.foreign_index import dataset_of
-from shard_writer.verify_interleaved import check_interleaved, member_set
+from shard_writer.verify_interleaved import check_interleaved, is_doc, member_set
 from wdstool.base.errors import ConfigError, ShardError, UnsafeMembersError, WdsToolError
 from wdstool.base.remote import open_shard
 from wdstool.format.images import IMAGE_EXTENSIONS
 from wdstool.format.indexes import split_fragment
-from wdstool.format.interleaved import is_interleaved, per_sample
+from wdstool.format.interleaved import per_sample
 from wdstool.format.manifest import (
     Manifest,
     manifest_url_for,
@@ -189,8 +189,8 @@ def _check_sample(sample: Any, url: str, nclasses: int, decode: bool) -> bool:
     manifest every sample needs one; without (a listing with integer labels or none), a label
     is optional, but must be an integer when present."""
     media = [e for e in sample.parts if e in IMAGE_EXTENSIONS or e in VIDEO_EXTENSIONS]
-    if is_interleaved(sample.parts):
-        media = []  # checked by check_interleaved
+    if is_doc(sample.parts):
+        media = []  # checked by check_interleaved (a conversation may have no image)
     elif len(media) != 1:
         raise ShardError(
             f"{url}: sample {sample.key!r} has {len(media)} image or video members, expected 1"
@@ -300,7 +300,7 @@ def verify_shard(
             videos += any(e in VIDEO_EXTENSIONS for e in sample.parts)
             if sizes is not None and n >= len(sizes):
                 raise ShardError(f"{url}: more samples than the manifest's facts describe")
-            if is_interleaved(sample.parts) or sizes is not None:
+            if sizes is not None or is_doc(sample.parts):
                 images += check_interleaved(
                     sample,
                     url,

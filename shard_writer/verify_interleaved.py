@@ -14,7 +14,14 @@ from typing import Any
 
 from wdstool.base.errors import ShardError, WdsToolError
 from wdstool.format.images import IMAGE_EXTENSIONS, fast_header
-from wdstool.format.interleaved import image_members, member_index, sample_lists, text_of
+from wdstool.format.interleaved import (
+    image_members,
+    is_document,
+    is_interleaved,
+    member_index,
+    sample_lists,
+    text_of,
+)
 from wdstool.format.video import VIDEO_EXTENSIONS
 
 SHOWN = "N.img"  # a member set's stand-in for the numbered images (their count varies)
@@ -24,6 +31,14 @@ def member_set(exts: Any) -> list[str]:
     """A sample's member suffixes with its numbered images as one stand-in, so that samples
     with other image counts carry the same member set."""
     return sorted({SHOWN if member_index(e) is not None else e for e in exts})
+
+
+def is_doc(parts: Any) -> bool:
+    """A sample of several images, or a document or conversation without an image member."""
+    if is_interleaved(parts):
+        return True
+    media = any(e in IMAGE_EXTENSIONS or e in VIDEO_EXTENSIONS for e in parts)
+    return not media and is_document(parts)
 
 
 def check_interleaved(
@@ -37,7 +52,9 @@ def check_interleaved(
         raise ShardError(f"{where}: has numbered images and a .{plain[0]} member")
     meta = sample.parts.get("json")
     if meta is None:
-        raise ShardError(f"{where}: has numbered images and no .json member (texts, images)")
+        raise ShardError(
+            f"{where}: has numbered images and no .json member (texts and images, or messages)"
+        )
     try:
         texts, images = sample_lists(bytes(meta), sample.parts)
     except ValueError as exc:

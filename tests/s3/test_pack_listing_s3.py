@@ -99,5 +99,5 @@ def test_missing_listing_on_s3_is_one_line(s3_server, s3_bucket: str, tmp_path: 
     odd = f"s3://{s3_bucket}/lists/l.xyz"
     r = run_cli("pack", odd, str(tmp_path / "o"), *ep, env=env, check=False)
     assert r.returncode == 1 and r.stderr.strip() == (
-        f"Error: {odd}: unknown listing format '.xyz' (use .csv, .tsv, .jsonl or .parquet)"
+        f"Error: {odd}: unknown listing format '.xyz' (use .csv, .tsv, .json, .jsonl or .parquet)"
     )

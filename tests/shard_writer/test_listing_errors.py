@@ -145,14 +145,14 @@ def test_unknown_format_and_other_sources(tmp_path: Path) -> None:
     odd = tmp_path / "list.xyz"
     odd.write_text("path\na.jpg\n")
     assert _one_line_error(tmp_path, odd) == (
-        f"Error: {odd}: unknown listing format '.xyz' (use .csv, .tsv, .jsonl or .parquet)"
+        f"Error: {odd}: unknown listing format '.xyz' (use .csv, .tsv, .json, .jsonl or .parquet)"
     )
     plain = tmp_path / "README"
     plain.write_text("x")
     msg = _one_line_error(tmp_path, plain)
     assert msg == (
         f"Error: {plain}: neither a directory (an ImageFolder tree SRC/<class>/<image>) "
-        "nor a listing file (use .csv, .tsv, .jsonl or .parquet)"
+        "nor a listing file (use .csv, .tsv, .json, .jsonl or .parquet)"
     )
     missing = tmp_path / "nope.csv"
     assert _one_line_error(tmp_path, missing) == f"Error: {missing}: no such listing file"

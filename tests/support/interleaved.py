@@ -1,7 +1,7 @@
 """Listings of documents (samples of several images and texts) with real images, for the tests
 of pack, inspect, verify and show: OBELICS-style rows (``images`` and ``texts``, two parallel
-lists) or LLaVA-style rows (``images`` and a text with ``<image>`` markers), as JSON Lines or
-parquet."""
+lists), LLaVA-style rows (``images`` and a text with ``<image>`` markers) or conversations
+(LLaVA-Instruct's ``conversations``), as JSON, JSON Lines or parquet."""
 
 from __future__ import annotations
 
@@ -68,11 +68,34 @@ def llava_rows(root: Path, n: int, seed: int = 0, column: str = "caption") -> li
     return rows
 
 
+def conversation_rows(root: Path, n: int, seed: int = 0) -> list[dict[str, Any]]:
+    """``n`` LLaVA-Instruct-like rows (``id``, ``image``, ``conversations`` of ShareGPT turns):
+    one or two images (an ``image`` path, or a list), 1 or 2 rounds of questions and answers;
+    every third row is text only (no ``image``)."""
+    rows = []
+    for i in range(n):
+        k = 0 if i % 3 == 2 else 1 + (i % 4 == 0)
+        images = [image(root, f"c{seed}_{i:02d}_{j}", seed * 89 + i * 3 + j)[0] for j in range(k)]
+        turns = [
+            {"from": "human", "value": "".join("<image>\n" for _ in images) + TEXTS[i % 3]},
+            {"from": "gpt", "value": f"Answer {i}: " + "a cat on a mat, " * (1 + i % 4)},
+        ]
+        if i % 2:
+            turns += [{"from": "human", "value": "And then?"}, {"from": "gpt", "value": "A tree."}]
+        row: dict[str, Any] = {"id": f"c{seed}-{i:04d}", "conversations": turns}
+        if images:
+            row["image"] = images[0] if len(images) == 1 else images
+        rows.append(row)
+    return rows
+
+
 def write_rows(path: Path, rows: list[dict[str, Any]]) -> Path:
     """``rows`` as a ``.jsonl`` or ``.parquet`` file (by the suffix of ``path``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".jsonl":
         path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    elif path.suffix == ".json":  # a list of rows, as LLaVA publishes its files
+        path.write_text(json.dumps(rows), encoding="utf-8")
     else:
         import pyarrow as pa
         import pyarrow.parquet as pq

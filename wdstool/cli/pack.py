@@ -66,6 +66,14 @@ OPTIONS = "shard_writer:PackOptions"  # the defaults of every option that has a 
 )
 @library_option(
     OPTIONS,
+    "--key-column",
+    metavar="NAME",
+    help="Listing of conversations: the column whose values are the samples' keys (unique; "
+    "characters other than letters, digits, - and _ become _) [default: id, where its values "
+    "are unique; else the row's position].",
+)
+@library_option(
+    OPTIONS,
     "--image-column",
     metavar="NAME",
     help="Parquet SRC with the images in a column (Hub style): the column holding them, as "
@@ -87,7 +95,7 @@ def pack_cmd(src: str, dest: str, storage_options: dict[str, Any] | None, **para
     \b
     - an ImageFolder tree: SRC/<class>/<image or video>, labels from the class folders
       (sorted, as torchvision's ImageFolder), or
-    - a listing file: a .csv, .tsv, .jsonl or .parquet file with one row per image or video.
+    - a listing file: a .csv, .tsv, .json, .jsonl or .parquet file with one row per image or video.
       Columns: path (required, or video; relative to the listing's folder, absolute, or a URL),
       label (optional; ints, or class names indexed in sorted order), caption (optional;
       KEY.txt in every sample, empty where a row has none), any others (stored in KEY.json). Rows keep their order
@@ -118,6 +126,15 @@ def pack_cmd(src: str, dest: str, storage_options: dict[str, Any] | None, **para
     column, see --images-column) packs one sample per row: KEY.0.jpg, KEY.1.png, ... and
     KEY.json with "texts" and "images", two parallel lists (OBELICS style: a 'texts' list
     column; LLaVA style: a caption or text column whose <image> markers place the images).
+    A row may have no image.
+
+    A listing of conversations (a 'conversations' column, ShareGPT/LLaVA: [{"from": "human",
+    "value": "<image>\\nWhat is it?"}, {"from": "gpt", ...}]; or a 'messages' column, the
+    OpenAI/Hugging Face form: [{"role": "user", "content": ...}]) packs one sample per row,
+    its conversation kept in KEY.json as "messages" (roles, turns, where each image goes) and
+    its images (an 'image' path or list, or an 'images' list; one per <image> marker or image
+    part) as KEY.0.jpg, ...; rows without an image are samples too. LLaVA's own .json files
+    (a list of rows) are read as they are. Keys: the 'id' column where unique (--key-column).
 
     Hub-style Parquet (images as bytes in a column, see --image-column) is packed a whole
     split at once: SRC is a .parquet file, a folder of them (or of a data/ folder, as a Hub

@@ -37,6 +37,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from wdstool.base.errors import ShardError
+from wdstool.format.conversation import check_stored, lists_of
 from wdstool.format.images import IMAGE_EXTENSIONS
 
 _MEMBER = re.compile(r"(0|[1-9][0-9]*)\.([a-z0-9]+)")
@@ -83,9 +84,9 @@ def sample_lists(meta: bytes, exts: Iterable[str]) -> tuple[list[str | None], li
         raise ValueError(f".json does not parse: {exc}") from None
     if not isinstance(obj, dict):
         raise ValueError(".json is not an object")
-    texts, images = obj.get("texts"), obj.get("images")
+    texts, images = json_lists(obj)
     if not isinstance(texts, list) or not isinstance(images, list):
-        raise ValueError('.json has no "texts" and "images" lists')
+        raise ValueError('.json has no "texts" and "images" lists, nor "messages"')
     if len(texts) != len(images):
         raise ValueError(f'.json "texts" has {len(texts)} entries, "images" {len(images)}')
     members = set(image_members(exts))
@@ -109,6 +110,35 @@ def sample_lists(meta: bytes, exts: Iterable[str]) -> tuple[list[str | None], li
     if extra:
         raise ValueError(f'member .{extra[0]} is not named in the .json\'s "images"')
     return texts, images
+
+
+def json_lists(obj: dict[str, Any]) -> tuple[Any, Any]:
+    """A sample's ``texts`` and ``images`` lists as its ``KEY.json`` holds them, or as its
+    conversation's ``messages`` give them (:func:`wdstool.format.conversation.lists_of`);
+    ``(None, None)`` where it has neither. A malformed conversation is a ValueError."""
+    if "messages" in obj:
+        return lists_of(check_stored(obj["messages"], ".json"))
+    return obj.get("texts"), obj.get("images")
+
+
+def is_document(parts: Mapping[str, Any]) -> bool:
+    """Whether a sample's members (suffix -> bytes) hold a document or a conversation: numbered
+    images, or a ``KEY.json`` with its lists (a conversation may have no image)."""
+    if is_interleaved(parts):
+        return True
+    meta = parts.get("json")
+    if meta is None:
+        return False
+    try:
+        return has_lists(json.loads(bytes(meta)))
+    except (ValueError, UnicodeDecodeError):
+        return False
+
+
+def has_lists(obj: Any) -> bool:
+    """Whether a decoded ``KEY.json`` describes a sample of several images and texts (or a
+    conversation), which may hold no image at all."""
+    return isinstance(obj, dict) and ("messages" in obj or ("texts" in obj and "images" in obj))
 
 
 class InterleavedShard(NamedTuple):
