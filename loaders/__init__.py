@@ -14,10 +14,11 @@ from loaders.recipe.normalize import normalize
 from loaders.recipe.schedule import linear_ramp
 from loaders.schema import Pad
 from loaders.source import Source
-from loaders.text import TextTokenizer
+from loaders.text import Chat, TextTokenizer
 from wdstool.base.retry import RetryPolicy
 
 __all__ = [
+    "Chat",
     "Clips",
     "DeviceDecoder",
     "Interleaved",

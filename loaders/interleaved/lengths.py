@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from loaders.interleaved.members import sample_segments
+from loaders.interleaved.members import sample_content, without_images_from
 from loaders.interleaved.spec import Interleaved
 from loaders.plan import Slice
 from loaders.read import SourceReader, read_slices
@@ -43,6 +43,9 @@ def _key(reader: SourceReader, spec: Interleaved, size: Any) -> str:
         "max_images": spec.max_images,
         "image_tokens": None if fn is None else f"{fn.__module__}.{fn.__qualname__}",
     }
+    if spec.chat is not None:  # a conversation's length is its rendering's
+        template = spec.chat.template or (spec.tokenizer.chat_template if spec.tokenizer else "")
+        what["chat"] = hashlib.sha256((template or "").encode()).hexdigest()
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:24]
 
 
@@ -93,11 +96,11 @@ def sample_lengths(
 
 def _length(sample: Any, url: str, spec: Interleaved, size: Any) -> int:
     where = f"{url}: sample {sample.key!r}"
-    segments, datas = sample_segments(sample, url)
+    content, datas = sample_content(sample, url, spec)
     most = spec.max_images
     if most is not None and len(datas) > most:
         datas = datas[:most]
-        segments = [s for s in segments if not isinstance(s, int) or s < most]
+        content = without_images_from(content, most)
     counts = []
     for data in datas:
         if spec.native is not None:
@@ -106,8 +109,7 @@ def _length(sample: Any, url: str, spec: Interleaved, size: Any) -> int:
         else:
             oh, ow = (size, size) if isinstance(size, int) else size
         counts.append(spec.tokens_of(oh, ow))
-    assert spec.tokenizer is not None
-    return int(spec.tokenizer.encode_interleaved(segments, counts, tensors=False).length)
+    return int(spec.encode(content, counts, where).length)
 
 
 __all__ = ["sample_lengths"]

@@ -11,20 +11,45 @@ the sample); ``loaders.split_images(batch)`` gives the images back as tensors.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from loaders.interleaved.native import NativeResolution
 from loaders.text import TextTokenizer
+from loaders.text.chat import Chat, renderer_for
+from loaders.text.interleave import Encoded
 from wdstool.base.errors import ConfigError
+from wdstool.format.conversation import lists_of
+
+
+def _is_messages(content: Any) -> bool:
+    return bool(content) and isinstance(content[0], dict)
+
+
+def _segments(messages: Any) -> list[str | int]:
+    """A conversation's contents in reading order as segments (text, or image index)."""
+    texts, _ = lists_of(messages)
+    out: list[str | int] = []
+    n = 0
+    for t in texts:
+        if t is None:
+            out.append(n)
+            n += 1
+        else:
+            out.append(t)
+    return out
 
 
 @dataclass(frozen=True, kw_only=True)
 class Packing:
     """Samples packed into sequences of at most ``length`` tokens, ``batch_size`` sequences a
     batch (docs/design/packing.md), ``window`` consecutive samples of the rank's share at a
-    time, by ``method``:
+    time (larger: less padding, more memory a worker and a later first batch; the rank's
+    batches are dealt to its workers one at a time, so a window of any size keeps every
+    worker busy), by ``method``:
 
     - ``"best_fit_decreasing"`` (the default): the window's samples sorted longest first, each
       into the sequence with the least room that fits it, every sequence of the window open,
@@ -99,8 +124,15 @@ class Interleaved:
     tokenizer: TextTokenizer | None = None
     image_tokens: Callable[[int, int], int] | None = None  # picklable: run in the workers
     packing: Packing | None = None
+    # conversations rendered by the chat template, with a loss mask (loaders.text.chat)
+    chat: Chat | None = None
 
     def __post_init__(self) -> None:
+        if self.chat is not None:
+            if not isinstance(self.chat, Chat):
+                raise ConfigError(f"Interleaved: chat={self.chat!r}: give a loaders.Chat(...)")
+            if self.tokenizer is None:
+                raise ConfigError("Interleaved: chat needs tokenizer= (the chat template's)")
         if self.tokenizer is not None:
             if not isinstance(self.tokenizer, TextTokenizer):
                 raise ConfigError(
@@ -127,6 +159,36 @@ class Interleaved:
         m = self.max_images
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 0):
             raise ConfigError(f"Interleaved: max_images must be an int >= 0, got {m!r}")
+        if self.chat is not None:
+            renderer_for(self.tokenizer, self.chat).check()  # a template that cannot: here
+
+    def encode(self, content: Any, counts: Sequence[int], where: str) -> Encoded:
+        """One sample's ids: a conversation's (``content`` its messages) rendered by the chat
+        template with its loss mask, where ``chat`` is set; else its segments (or a
+        conversation's contents in reading order) laid out by the tokenizer. ``counts``: each
+        image's placeholder tokens. ``max_length`` cuts either, never an image's run."""
+        tok = self.tokenizer
+        assert tok is not None
+        if self.chat is None or not _is_messages(content):
+            segments = content if not _is_messages(content) else _segments(content)
+            return tok.encode_interleaved(segments, counts)
+        got = renderer_for(tok, self.chat).encode(content, counts, where)
+        ids, mask, runs = got.ids, got.mask, got.runs
+        kept = len(runs)
+        if tok.max_length is not None and len(ids) > tok.max_length:
+            cut = tok.max_length
+            kept = sum(1 for a, n in runs if a + n <= cut)
+            if kept < len(runs):  # the sample ends before an image the cut falls in
+                cut = min(cut, runs[kept][0])
+            ids, mask = ids[:cut], mask[:cut]
+        return Encoded(
+            input_ids=torch.tensor(ids, dtype=torch.int64),
+            images=tuple(range(kept)),
+            placeholders=tuple(runs[:kept]),
+            images_dropped=len(runs) - kept,
+            length=len(ids),
+            loss_mask=torch.tensor(mask, dtype=torch.bool),
+        )
 
     def tokens_of(self, height: int, width: int) -> int:
         """Placeholder tokens of an image of this output size."""
@@ -154,7 +216,8 @@ class Interleaved:
         )
         most = f", at most {self.max_images} images a sample" if self.max_images is not None else ""
         tok = f", tokenized by {self.tokenizer!r}" if self.tokenizer is not None else ""
-        return f"interleaved samples: {how}{most}{tok}"
+        chat = f", conversations by the chat template (loss: {self.chat.loss})" if self.chat else ""
+        return f"interleaved samples: {how}{most}{tok}{chat}"
 
 
 __all__ = ["Interleaved", "Packing"]

@@ -16,7 +16,13 @@ import torch
 
 from loaders.config import LoaderConfig
 from loaders.delivery import BatchMeta, Slot
-from loaders.interleaved import Interleaved, sample_segments
+from loaders.interleaved import Interleaved
+from loaders.interleaved.members import (
+    IGNORE,
+    sample_content,
+    segments_of,
+    without_images_from,
+)
 from loaders.kinds.base import NextSample, OutputKind
 from loaders.pool import new_tensor, slot_bytes
 from loaders.read import Located
@@ -76,6 +82,15 @@ class InterleavedKind(OutputKind):
         if config.sample.tokenizer is not None and "input_ids" not in dict(config.pads):
             pads = (*config.pads, ("input_ids", Pad(config.sample.pad_id)))
             config = replace(config, pads=pads)
+        if config.sample.chat is not None:
+            if any(s.schema.label is not None for s in sources):
+                raise ConfigError(
+                    "Interleaved(chat=...): a batch's labels are the tokens' (-100 outside the "
+                    "loss); pass label=None"
+                )
+            extra = {"loss_mask": Pad(0), "labels": Pad(IGNORE)}
+            pads = (*config.pads, *((k, v) for k, v in extra.items() if k not in dict(config.pads)))
+            config = replace(config, pads=pads)
         return [replace(s, schema=replace(s.schema, numbered=True)) for s in sources], config
 
     @classmethod
@@ -109,25 +124,27 @@ class InterleavedKind(OutputKind):
     ) -> tuple[Any, dict[str, Any], int]:
         """:meth:`decode`'s payload and fields, and the images it dropped (over
         ``max_images``, or cut by the tokenizer's ``max_length``), not counted yet."""
-        segments, datas = sample_segments(loc.sample, loc.url)
-        most = self.spec.max_images
+        content, datas = sample_content(loc.sample, loc.url, self.spec)
         dropped = 0
+        most = self.spec.max_images
         if most is not None and len(datas) > most:
             dropped = len(datas) - most
             datas = datas[:most]
-            segments = [s for s in segments if not isinstance(s, int) or s < most]
+            content = without_images_from(content, most)
         base = rng.getrandbits(64)  # each image from its own generator: (sample, image index)
         images = [
             self._image(data, random.Random(base + i), seeder, where)
             for i, data in enumerate(datas)
         ]
-        fields: dict[str, Any] = {"segments": segments}
-        tok = self.spec.tokenizer
-        if tok is None:
+        fields: dict[str, Any] = {"segments": segments_of(content)}
+        if self.spec.tokenizer is None:
             return (images, None), fields, dropped
         counts = [self.spec.tokens_of(im.shape[1], im.shape[2]) for im in images]
-        enc = tok.encode_interleaved(segments, counts)
+        enc = self.spec.encode(content, counts, where)
         fields["input_ids"] = enc.input_ids
+        if enc.loss_mask is not None:  # a conversation: the loss where the model learns
+            fields["loss_mask"] = enc.loss_mask
+            fields["labels"] = enc.input_ids.masked_fill(~enc.loss_mask, IGNORE)
         images = [images[i] for i in enc.images]
         return (images, enc.placeholders), fields, dropped + enc.images_dropped
 

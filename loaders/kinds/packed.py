@@ -31,6 +31,7 @@ from loaders.config import LoaderConfig
 from loaders.delivery import BatchMeta, Slot
 from loaders.interleaved import Interleaved, Packing
 from loaders.interleaved.lengths import sample_lengths
+from loaders.interleaved.members import IGNORE
 from loaders.kinds.base import NextSample
 from loaders.kinds.interleaved import InterleavedKind, flat_images
 from loaders.plan import Mixture, Slice
@@ -80,13 +81,11 @@ class PackedKind(InterleavedKind):
         computed (or found kept on this host); a mixture's weights in tokens
         (``Packing(weights_in="tokens")``) made weights in samples, each divided by its source's
         mean tokens a sample (:func:`mean_tokens`)."""
-        for n, src in enumerate(sources):
-            if src.schema.fields or src.schema.fields_fn is not None:
-                which = f" (source[{n}])" if len(sources) > 1 else ""
-                raise ConfigError(
-                    f"Interleaved(packing=...): a packed batch carries no fields yet (fields=, "
-                    f"fields_fn=){which}; the sample's text is in input_ids"
-                )
+        if config.sample.chat is not None and any(s.schema.label is not None for s in sources):
+            raise ConfigError(
+                "Interleaved(chat=..., packing=...): a batch's labels are the tokens' (-100 "
+                "outside the loss); pass label=None"
+            )
         if config.repeats != 1 or config.epoch_size is not None:
             raise ConfigError(
                 "Interleaved(packing=...): repeats and epoch_size are not offered yet"
@@ -194,7 +193,8 @@ class PackedKind(InterleavedKind):
         # a split sample is decoded once per piece: what decoding dropped is counted by the
         # piece at its token 0 (:meth:`fill`)
         (images, spans), fields, dropped = self.decode_counted(loc, rng, seeder, where)
-        return (images, spans, fields["input_ids"], dropped), None
+        mask = fields.get("loss_mask")  # a conversation's (loaders.text.chat)
+        return (images, spans, fields["input_ids"], dropped, mask), None
 
     def fill(self, next_sample: NextSample, n: int, out: Slot, meta: BatchMeta) -> dict[str, Any]:
         rows = next(self.layouts)
@@ -207,6 +207,7 @@ class PackedKind(InterleavedKind):
         ids = torch.full((B, L), pad, dtype=torch.int64)
         pos = torch.zeros((B, L), dtype=torch.int64)
         loss = torch.zeros((B, L), dtype=torch.bool)
+        starts: list[tuple[int, int]] = []  # (row, column) where each entry begins
         cu, longest = [0], 0
         sample_row: list[int] = []
         images: list[torch.Tensor] = []
@@ -217,7 +218,7 @@ class PackedKind(InterleavedKind):
             at = 0
             for _unit, offset, count in row:
                 got = next_sample()
-                kept, spans, sample_ids, dropped = got.payload
+                kept, spans, sample_ids, dropped, sample_mask = got.payload
                 if offset == 0 and dropped:
                     counters.count("images_dropped", dropped)
                 # the entry: tokens [offset, offset + count) of the sample (all of it, its
@@ -227,7 +228,12 @@ class PackedKind(InterleavedKind):
                 end = offset + take
                 ids[r, at : at + take] = piece
                 pos[r, at : at + take] = torch.arange(take)
-                loss[r, at : at + take] = piece != tok.image_token_id
+                if sample_mask is not None:  # a conversation's: its replies (loaders.text.chat)
+                    loss[r, at : at + take] = sample_mask[offset:end]
+                else:
+                    loss[r, at : at + take] = piece != tok.image_token_id
+                if take:
+                    starts.append((r, at))
                 for img, (start, length) in zip(kept, spans, strict=True):
                     stop = start + length
                     if offset <= start and stop <= end:  # its whole run is in this entry
@@ -254,7 +260,16 @@ class PackedKind(InterleavedKind):
                 cu.append(cu[-1] + L - at)
                 longest = max(longest, L - at)
         flat = flat_images(images, out)
+        out_batch: dict[str, Any] = {}
+        if spec.chat is not None:
+            # token labels: -100 outside the loss, and where an entry begins (its first token
+            # is no target of the sample before it in the row)
+            labels = ids.masked_fill(~loss, IGNORE)
+            for r, at in starts:
+                labels[r, at] = IGNORE
+            out_batch["labels"] = labels
         return {
+            **out_batch,
             "input_ids": ids,
             "position_ids": pos,
             "loss_mask": loss,

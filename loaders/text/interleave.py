@@ -29,6 +29,7 @@ class Encoded:
     placeholders: tuple[tuple[int, int], ...]
     images_dropped: int
     length: int
+    loss_mask: Any = None  # a conversation's: bool tensor [L] (loaders.text.chat); else None
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,11 @@ class Carried:
     path: str | None = None  # a tokenizers JSON file, read in each process
     json: str | None = None  # else the JSON itself
     pad_id: int | None = None  # the pad token's id, where the tokenizer names one
+    # a transformers tokenizer's chat template (its Jinja text; None: it has none) and the
+    # special tokens its templates see (bos_token, eos_token, ...: transformers passes its
+    # special_tokens_map to every template)
+    chat_template: str | None = None
+    template_vars: tuple[tuple[str, str], ...] = ()
 
 
 def tokenizers_module() -> ModuleType:
@@ -87,11 +92,15 @@ def _from_transformers(obj: Any, what: str) -> Carried:
         )
     text = obj.backend_tokenizer.to_str()
     pad = getattr(obj, "pad_token_id", None)
+    template = getattr(obj, "chat_template", None)
+    specials = getattr(obj, "special_tokens_map", None) or {}
     return Carried(
         what=what,
         digest=_digest(text),
         json=text,
         pad_id=pad if isinstance(pad, int) else _json_pad_id(text),
+        chat_template=template if isinstance(template, str) else None,
+        template_vars=tuple(sorted((k, v) for k, v in specials.items() if isinstance(v, str))),
     )
 
 

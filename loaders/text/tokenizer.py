@@ -100,6 +100,23 @@ class TextTokenizer:
         return self._carried.pad_id
 
     @property
+    def chat_template(self) -> str | None:
+        """The chat template a transformers tokenizer was saved with (None: it has none)."""
+        return self._carried.chat_template
+
+    @property
+    def template_vars(self) -> dict[str, str]:
+        """The special tokens a chat template sees (``bos_token``, ``eos_token``, ...), as
+        transformers hands them to its templates."""
+        return dict(self._carried.template_vars)
+
+    def encode_plain(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """``text``'s ids without special tokens and each id's character span (what
+        ``apply_chat_template`` tokenizes a rendered conversation with)."""
+        enc = self._loaded().tokenizer.encode(text, add_special_tokens=False)
+        return enc.ids, enc.offsets
+
+    @property
     def vocab_size(self) -> int:
         """Ids the tokenizer can give, added tokens included (the model's embedding rows)."""
         return self._loaded().tokenizer.get_vocab_size(with_added_tokens=True)

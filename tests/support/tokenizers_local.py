@@ -93,3 +93,66 @@ class CountingFields:
         out["pid"] = os.getpid()
         out["loads"] = load_count(self.fingerprint)
         return out
+
+
+# Chat templates of two shapes, each with and without {% generation %} around the replies
+# (TRL's assistant_only_loss templates mark them so): ChatML as Qwen2-VL writes it (an image
+# part as <|vision_start|><|image_pad|><|vision_end|>) and a Llama-3-style header template
+# (bos first, an image part as <image>, each message trimmed, <|eot_id|> closing a turn).
+CHATML_SPECIALS = ["<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|image_pad|>",
+                   "<|vision_end|>"]  # fmt: skip
+LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
+                   "<|eot_id|>"]  # fmt: skip
+IMAGE_MARKUP = {"chatml": "<|vision_start|><|image_pad|><|vision_end|>", "llama3": "<image>"}
+_PARTS = (
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
+    "{% for part in message['content'] %}{% if part['type'] == 'image' %}IMAGE"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}"
+)
+TEMPLATES = {
+    "chatml": (
+        "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' }}"
+        "{% if message['role'] == 'assistant' %}GEN{{ '<|im_end|>' }}ENDGEN{{ '\\n' }}"
+        "{% else %}" + _PARTS + "{{ '<|im_end|>\\n' }}{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+    ),
+    "llama3": (
+        "{{ bos_token }}{% for message in messages %}"
+        "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' }}"
+        "{% if message['role'] == 'assistant' %}GEN{{ '<|eot_id|>' }}ENDGEN"
+        "{% else %}" + _PARTS + "{{ '<|eot_id|>' }}{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}"
+        "{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}"
+    ),
+}
+
+
+def chat_template(style: str, generation: bool) -> str:
+    """The template of ``style``, its replies marked with {% generation %} or not."""
+    text = TEMPLATES[style].replace("GEN", "GENERATION" + _PARTS, 1)
+    start, end = ("{% generation %}", "{% endgeneration %}") if generation else ("", "")
+    text = text.replace("GENERATION", start).replace("ENDGEN", end)
+    return text.replace("IMAGE", IMAGE_MARKUP[style])
+
+
+def chat_folder(folder: Path, style: str, generation: bool) -> Path:
+    """A transformers tokenizer with a chat template of ``style``, saved to ``folder``; its
+    image placeholder: ``<|image_pad|>`` (ChatML) or ``<image>`` (Llama-3 style)."""
+    from transformers import PreTrainedTokenizerFast
+
+    specials = CHATML_SPECIALS if style == "chatml" else LLAMA3_SPECIALS
+    tok = train_tokenizer(["user assistant system", *specials], vocab_size=500)
+    tok.add_special_tokens(specials)
+    bos = "<s>" if style == "chatml" else "<|begin_of_text|>"
+    if style == "llama3":
+        tok.add_special_tokens([bos])
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=bos, eos_token="</s>", pad_token="<pad>"
+    )
+    fast.chat_template = chat_template(style, generation)
+    fast.save_pretrained(str(folder))
+    return folder
+
+
+def image_token(style: str) -> str:
+    return "<|image_pad|>" if style == "chatml" else "<image>"

@@ -217,15 +217,10 @@ def test_elastic_resume_delivers_every_remaining_sample_once(data) -> None:  # t
 
 
 def test_settings_a_packed_loader_refuses(data) -> None:  # type: ignore[no-untyped-def]
-    from loaders import Source
     from wdstool.base.errors import ConfigError
 
     src, tok = data
     kw: dict[str, Any] = dict(batch_size=2, label=None, num_workers=0)
-    with pytest.raises(ConfigError, match=r"carries no fields yet .* \(source\[1\]\)"):
-        make_loader([Source(src), Source(src, fields={"t": "json"})], output=_spec(tok), **kw)
-    with pytest.raises(ConfigError, match="carries no fields"):
-        make_loader(src, output=_spec(tok), fields={"t": "json"}, **kw)
     with pytest.raises(ConfigError, match="repeats and epoch_size"):
         make_loader(src, output=_spec(tok), repeats=2, **kw)
     with pytest.raises(ConfigError, match="size schedule"):
@@ -237,6 +232,27 @@ def test_settings_a_packed_loader_refuses(data) -> None:  # type: ignore[no-unty
         Packing(length=L, weights_in="bytes")
     with pytest.raises(ConfigError, match="packing needs tokenizer"):
         Interleaved(packing=Packing(length=L))
+
+
+def test_a_packed_batch_carries_each_samples_fields(data) -> None:  # type: ignore[no-untyped-def]
+    """fields= (and a mixture's per-source fields) come as one entry per packed sample, in the
+    order of keys and sample_row; a source without them gives None."""
+    from loaders import Source
+
+    src, tok = data
+    kw: dict[str, Any] = dict(batch_size=2, label=None, num_workers=2)
+    seen = 0
+    for batch in make_loader(src, output=_spec(tok), fields={"meta": "json"}, **kw):
+        assert len(batch["meta"]) == len(batch["keys"]) == len(batch["sample_row"])
+        for meta in batch["meta"]:
+            assert isinstance(meta, dict) and "texts" in meta
+            seen += 1
+    assert seen == SAMPLES
+    mixed = make_loader(
+        [Source(src), Source(src, fields={"meta": "json"})], output=_spec(tok), **kw
+    )
+    values = [m for b in mixed for m in b["meta"]]
+    assert values.count(None) and any(isinstance(m, dict) for m in values)
 
 
 def test_samples_longer_than_l_are_counted_and_cut(data, caplog) -> None:  # type: ignore[no-untyped-def]
