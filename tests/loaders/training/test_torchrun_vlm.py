@@ -128,3 +128,35 @@ def test_clip_job_with_a_real_tokenizer_on_two_ranks(vl, tmp_path: Path) -> None
         for key, ids in zip(r["keys"], r["ids"], strict=True):
             want = tok.encode(captions[key])
             assert ids[: len(want)] == want and set(ids[len(want) :]) <= {tok.pad_id}
+
+
+def test_sft_job_on_conversations_with_text_only_rows_resumed_on_two_ranks(tmp_path: Path) -> None:
+    """examples/vlm_sft_train.py on LLaVA-Instruct-like conversations (a third of them text
+    only) with a ChatML tokenizer saved with its template: 1 rank stops after its checkpoint
+    at step 2, the job resumed on 2 ranks (DDP, gloo) finishes the epoch: every conversation
+    once, equal steps on both ranks, batches without an image among them, the loss on the
+    replies only (fewer tokens in the loss than in the rows), a finite loss."""
+    from tests.support.interleaved import conversation_rows
+    from tests.support.tokenizers_local import chat_folder
+
+    listing = write_rows(tmp_path / "llava.json", conversation_rows(tmp_path, 24))
+    run_cli("pack", str(listing), str(tmp_path / "shards"), "--max-count", "8", "-q")
+    tok = chat_folder(tmp_path / "tok", "chatml", generation=False)
+    args = [
+        *("--shards", str(tmp_path / "shards"), "--tokenizer", str(tok)),
+        *("--image-token", "<|image_pad|>", "--length", "96", "--batch-size", "2"),
+        *("--workers", "1", "--cache-dir", str(tmp_path / "cache"), "--epochs", "1"),
+        *("--checkpoint", str(tmp_path / "ckpt"), "--save-every", "2"),
+    ]
+    _run(1, "vlm_sft_train.py", *args, "--max-steps", "2", "--keys-out", str(tmp_path / "a"))
+    out = _run(2, "vlm_sft_train.py", *args, "--resume", "--keys-out", str(tmp_path / "b"))
+    assert "resumed at step 2 of a 1-rank run" in out
+    first, rest = _steps(tmp_path / "a", 1), _steps(tmp_path / "b", 2)
+    assert len(rest[0]) == len(rest[1]) > 0  # equal steps on both ranks
+    seen = _keys(first, 0) + _keys(rest, 0)
+    assert sorted(seen) == sorted(r["id"] for r in json.loads(listing.read_text()))
+    assert set(seen.values()) == {1}
+    steps = [s for r in first + rest for s in r]
+    assert any(s["images"] == 0 for s in steps) and any(s["images"] for s in steps)
+    assert all(0 < s["loss_tokens"] < 2 * 96 for s in steps if s["keys"])
+    assert all(math.isfinite(s["loss"]) for s in steps)
