@@ -39,6 +39,7 @@ def _key(reader: SourceReader, spec: Interleaved, size: Any) -> str:
         "data": reader.index.identity,
         "tokenizer": spec.tokenizer.fingerprint if spec.tokenizer is not None else None,
         "native": repr(spec.native),
+        "model": repr(spec.model) if spec.model is not None else None,
         "size": size,
         "max_images": spec.max_images,
         "image_tokens": None if fn is None else f"{fn.__module__}.{fn.__qualname__}",
@@ -58,7 +59,7 @@ def sample_lengths(
     when read)."""
     if spec.tokenizer is None:
         raise ConfigError("Interleaved(packing=...) needs tokenizer=: lengths are in tokens")
-    if spec.native is None and size is None:
+    if spec.native is None and size is None and spec.model is None:
         raise ConfigError(
             "Interleaved(packing=...): give native=NativeResolution(...) or a transform of one "
             "output size, so that each image's tokens are known before it is decoded"
@@ -106,6 +107,8 @@ def _length(sample: Any, url: str, spec: Interleaved, size: Any) -> int:
         if spec.native is not None:
             w, h = header_size(data, max_pixels=MAX_PIXELS, where=where)
             oh, ow = spec.native.size(h, w, where)
+        elif spec.model is not None:  # a fixed-size encoder: as many tokens whatever the size
+            oh = ow = 0
         else:
             oh, ow = (size, size) if isinstance(size, int) else size
         counts.append(spec.tokens_of(oh, ow))

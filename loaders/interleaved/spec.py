@@ -126,8 +126,26 @@ class Interleaved:
     packing: Packing | None = None
     # conversations rendered by the chat template, with a loss mask (loaders.text.chat)
     chat: Chat | None = None
+    # a model family's inputs (loaders.families: Qwen2VL, Llava): its images, placeholders,
+    # positions; ``model_inputs(batch, device)`` then gives what the model takes
+    model: Any = None
 
     def __post_init__(self) -> None:
+        if self.model is not None:
+            if not hasattr(self.model, "model_inputs"):
+                raise ConfigError(
+                    f"Interleaved: model={self.model!r}: give a loaders.families model family "
+                    "(Qwen2VL.from_processor(...), Llava.from_processor(...))"
+                )
+            if self.native is not None or self.image_tokens is not None:
+                raise ConfigError(
+                    "Interleaved: model= sets the images' sizes and tokens (its processor's); "
+                    "leave native= and image_tokens= unset"
+                )
+            if self.tokenizer is None:
+                raise ConfigError("Interleaved: model= needs tokenizer= (its placeholders)")
+            object.__setattr__(self, "native", getattr(self.model, "native", None))
+            object.__setattr__(self, "image_tokens", self.model.tokens)
         if self.chat is not None:
             if not isinstance(self.chat, Chat):
                 raise ConfigError(f"Interleaved: chat={self.chat!r}: give a loaders.Chat(...)")
@@ -201,6 +219,14 @@ class Interleaved:
             return n
         p = self.native.patch if self.native is not None else 14
         return max(1, (height // p) * (width // p))
+
+    def model_inputs(self, batch: dict[str, Any], device: Any = "cpu") -> dict[str, Any]:
+        """What the model family's class takes (``model(**inputs)``), on ``device``: the
+        pixels normalized there, as its processor normalizes them (``model=`` is needed)."""
+        if self.model is None:
+            raise ConfigError("Interleaved.model_inputs: give Interleaved(model=...) a family")
+        assert self.tokenizer is not None
+        return self.model.model_inputs(batch, device, self.tokenizer.image_token_id)  # type: ignore[no-any-return]
 
     @property
     def pad_id(self) -> Any:

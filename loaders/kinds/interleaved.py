@@ -82,6 +82,13 @@ class InterleavedKind(OutputKind):
         if config.sample.tokenizer is not None and "input_ids" not in dict(config.pads):
             pads = (*config.pads, ("input_ids", Pad(config.sample.pad_id)))
             config = replace(config, pads=pads)
+        model = config.sample.model
+        if model is not None:
+            extra = {"position_ids": Pad(0)}
+            if model.positions_key:
+                extra[model.positions_key] = Pad(0, dim=1)
+            pads = (*config.pads, *((k, v) for k, v in extra.items() if k not in dict(config.pads)))
+            config = replace(config, pads=pads)
         if config.sample.chat is not None:
             if any(s.schema.label is not None for s in sources):
                 raise ConfigError(
@@ -146,9 +153,20 @@ class InterleavedKind(OutputKind):
             fields["loss_mask"] = enc.loss_mask
             fields["labels"] = enc.input_ids.masked_fill(~enc.loss_mask, IGNORE)
         images = [images[i] for i in enc.images]
+        model = self.spec.model
+        if model is not None:  # a model family: text positions, and its own where it has them
+            fields["position_ids"] = torch.arange(len(enc.input_ids))
+            if model.positions_key:
+                sizes = [tuple(im.shape[1:]) for im in images]
+                fields[model.positions_key] = model.positions(
+                    enc.input_ids, enc.placeholders, sizes
+                )
         return (images, enc.placeholders), fields, dropped + enc.images_dropped
 
     def _image(self, data: bytes, rng: random.Random, seeder: Seeder, where: str) -> torch.Tensor:
+        own = getattr(self.spec.model, "image", None)
+        if own is not None:  # the family's processor transforms it (a fixed-size encoder's)
+            return own(data, where)  # type: ignore[no-any-return]
         native = self.spec.native
         if native is not None:
             return native.strided(data, where)
@@ -173,7 +191,7 @@ class InterleavedKind(OutputKind):
             meta.add(i, got)
         sizes = torch.tensor([list(im.shape[1:]) for im in images], dtype=torch.int64)
         batch = {
-            "images": flat_images(images, out),
+            "images": flat_images(images, out, getattr(self.spec.model, "into", None)),
             "image_sizes": sizes.reshape(len(images), 2),
             "image_owner": torch.tensor(owners, dtype=torch.int64),
         }
@@ -182,17 +200,20 @@ class InterleavedKind(OutputKind):
         return batch
 
 
-def flat_images(images: list[torch.Tensor], out: Slot) -> Any:
+def flat_images(images: list[torch.Tensor], out: Slot, into: Any = None) -> Any:
     """``images`` one after another in one flat uint8 buffer (carved out of the batch's slot
-    where it fits, else a buffer of its own), as it crosses to the loader."""
+    where it fits, else a buffer of its own), as it crosses to the loader; ``into(dst,
+    image)``: how an image is laid out there (a model family's: its patches), else its
+    planes."""
     total = sum(im.numel() for im in images)
     try:
         flat = out.tensor((total,), (1,), torch.uint8)
     except ValueError:  # more than the slot holds
         flat = new_tensor((total,), (1,), torch.uint8, out.shared)
     at = 0
+    into = into or into_planes
     for im in images:
-        into_planes(flat[at : at + im.numel()], im)
+        into(flat[at : at + im.numel()], im)
         at += im.numel()
     return out.send(flat)
 

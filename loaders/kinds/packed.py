@@ -208,6 +208,8 @@ class PackedKind(InterleavedKind):
         pos = torch.zeros((B, L), dtype=torch.int64)
         loss = torch.zeros((B, L), dtype=torch.bool)
         starts: list[tuple[int, int]] = []  # (row, column) where each entry begins
+        model = spec.model  # a model family (loaders.families) and its own positions
+        rope = torch.zeros((B, 3, L), dtype=torch.int64) if model and model.positions_key else None
         cu, longest = [0], 0
         sample_row: list[int] = []
         images: list[torch.Tensor] = []
@@ -234,6 +236,7 @@ class PackedKind(InterleavedKind):
                     loss[r, at : at + take] = piece != tok.image_token_id
                 if take:
                     starts.append((r, at))
+                first_image = len(images)
                 for img, (start, length) in zip(kept, spans, strict=True):
                     stop = start + length
                     if offset <= start and stop <= end:  # its whole run is in this entry
@@ -249,6 +252,13 @@ class PackedKind(InterleavedKind):
                     # counted once: by the piece its run starts in (truncated: by the entry)
                     if offset <= start < end or (not split and start >= end):
                         counters.count("images_dropped", 1)
+                if rope is not None and take:  # the entry's positions, as if alone
+                    mine = range(first_image, len(images))
+                    rope[r, :, at : at + take] = model.positions(
+                        ids[r, at : at + take],
+                        [(image_spans[j][0] - at, image_spans[j][1]) for j in mine],
+                        [tuple(images[j].shape[1:]) for j in mine],
+                    )
                 sample_row.append(r)
                 meta.add(i, got)
                 i += 1
@@ -259,8 +269,10 @@ class PackedKind(InterleavedKind):
             if at < L:  # the row's padding: a segment of its own
                 cu.append(cu[-1] + L - at)
                 longest = max(longest, L - at)
-        flat = flat_images(images, out)
+        flat = flat_images(images, out, getattr(model, "into", None))
         out_batch: dict[str, Any] = {}
+        if rope is not None:
+            out_batch[model.positions_key] = rope
         if spec.chat is not None:
             # token labels: -100 outside the loss, and where an entry begins (its first token
             # is no target of the sample before it in the row)
