@@ -17,8 +17,11 @@ parameter takes part in every step and DDP never waits for a gradient that does 
 (with a model that skips its vision tower on such batches, pass
 ``find_unused_parameters=True`` to DDP instead).
 
-The model is examples/vlm_packed_train.py's stand-in (``--model-family tiny``), small enough
-for a CPU. ``--keys-out DIR`` logs each rank's keys per step (tests).
+``--model-family tiny`` trains examples/vlm_packed_train.py's stand-in, small enough for a CPU;
+``qwen2-vl`` or ``llava`` a transformers model saved with ``save_pretrained`` (``--model``),
+whose batches come as it takes them (``output.model_inputs(batch, device)``: its processor's
+pixels, grids, 3-D positions, normalized on the device): no glue in the loop.
+``--keys-out DIR`` logs each rank's keys per step (tests).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from loaders import (
     make_loader,
     split_images,
 )
+from loaders.families import Llava, Qwen2VL
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the stand-in model beside this file
 from vlm_packed_train import TinyVLM, save_checkpoint
@@ -58,13 +62,29 @@ def sft_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return losses / (target != -100).sum().clamp(min=1)
 
 
+def hf_model(folder: str, family: str) -> torch.nn.Module:
+    """A transformers vision-language model saved with ``save_pretrained`` (local files only),
+    to train."""
+    from transformers import LlavaForConditionalGeneration, Qwen2VLForConditionalGeneration
+
+    cls = Qwen2VLForConditionalGeneration if family == "qwen2-vl" else LlavaForConditionalGeneration
+    return cls.from_pretrained(folder, local_files_only=True).train()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--shards", required=True, help="packed conversations (a folder, index.json)")
     p.add_argument("--tokenizer", required=True, help="a save_pretrained folder with a template")
     p.add_argument("--image-token", default="<image>", help="the template's image placeholder")
     p.add_argument("--loss", default="assistant", choices=["assistant", "last", "all"])
-    p.add_argument("--model-family", default="tiny", choices=["tiny"])
+    p.add_argument(
+        "--model-family",
+        default="tiny",
+        choices=["tiny", "qwen2-vl", "llava"],
+        help="tiny: the stand-in; qwen2-vl, llava: a transformers model from --model",
+    )
+    p.add_argument("--model", default=None, help="qwen2-vl, llava: a save_pretrained folder")
+    p.add_argument("--processor", default=None, help="its image processor (default: --model)")
     p.add_argument("--length", type=int, default=2048, help="tokens a row (L)")
     p.add_argument("--batch-size", type=int, default=8, help="rows a batch, per rank")
     p.add_argument("--epochs", type=int, default=2)
@@ -89,8 +109,20 @@ def main() -> None:
 
     tok = TextTokenizer(args.tokenizer, image_token=args.image_token)
     rule = NativeResolution(min_pixels=28 * 28, max_pixels=112 * 112)
+    family = None
+    if args.model_family != "tiny":  # the model's own inputs, from its processor's settings
+        proc = args.processor or args.model
+        family = (
+            Qwen2VL.from_processor(proc)
+            if args.model_family == "qwen2-vl"
+            else Llava.from_processor(proc)
+        )
     output = Interleaved(
-        native=rule, tokenizer=tok, chat=Chat(loss=args.loss), packing=Packing(length=args.length)
+        native=None if family else rule,
+        model=family,
+        tokenizer=tok,
+        chat=Chat(loss=args.loss),
+        packing=Packing(length=args.length),
     )
     loader = make_loader(
         args.shards,
@@ -102,7 +134,10 @@ def main() -> None:
         cache_dir=args.cache_dir,
     )
     torch.manual_seed(0)
-    model = DDP(TinyVLM(tok.vocab_size, rule.patch).to(device))
+    if family is None:
+        model = DDP(TinyVLM(tok.vocab_size, rule.patch).to(device))
+    else:  # a text-only batch leaves the vision tower out of the step: let DDP know
+        model = DDP(hf_model(args.model, args.model_family).to(device), find_unused_parameters=True)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
 
     step, start_epoch = 0, 0
@@ -129,10 +164,16 @@ def main() -> None:
             4, dtype=torch.float64, device=device
         )  # steps, loss tokens, images, loss
         for batch in loader:
-            ids = batch["input_ids"].to(device, non_blocking=True)
-            labels = batch["labels"].to(device, non_blocking=True)
-            images = split_images({**batch, "images": batch["images"].to(device)})  # [] at times
-            loss = sft_loss(model(ids, images, batch), labels)
+            if family is None:
+                ids = batch["input_ids"].to(device, non_blocking=True)
+                labels = batch["labels"].to(device, non_blocking=True)
+                images = split_images({**batch, "images": batch["images"].to(device)})  # or []
+                loss = sft_loss(model(ids, images, batch), labels)
+            else:  # the batch as the model takes it: no glue but moving it to the device
+                inputs = output.model_inputs(batch, device)
+                labels = inputs.pop("labels")
+                loss = sft_loss(model(**inputs).logits, labels)
+                images = range(len(batch["image_sizes"]))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()

@@ -160,3 +160,35 @@ def test_sft_job_on_conversations_with_text_only_rows_resumed_on_two_ranks(tmp_p
     assert any(s["images"] == 0 for s in steps) and any(s["images"] for s in steps)
     assert all(0 < s["loss_tokens"] < 2 * 96 for s in steps if s["keys"])
     assert all(math.isfinite(s["loss"]) for s in steps)
+
+
+def test_a_tiny_qwen2_vl_fine_tuned_on_conversations_resumed_on_two_ranks(tmp_path: Path) -> None:
+    """examples/vlm_sft_train.py --model-family qwen2-vl: a tiny random
+    Qwen2VLForConditionalGeneration (saved with its processor, loaded from the folder) takes the
+    packed batches as they come (model_inputs: pixel patches, grids, 3-D positions), the
+    assistant-only loss; 1 rank stops at step 2, 2 ranks finish the epoch: every conversation
+    once, equal steps, finite losses."""
+    from tests.support.interleaved import conversation_rows
+    from tests.support.tiny_models import qwen_model, qwen_processor, qwen_tokenizer
+
+    listing = write_rows(tmp_path / "llava.json", conversation_rows(tmp_path, 16))
+    run_cli("pack", str(listing), str(tmp_path / "shards"), "--max-count", "8", "-q")
+    tok, ids = qwen_tokenizer(tmp_path / "tok")
+    qwen_model(ids).save_pretrained(str(tmp_path / "model"))
+    qwen_processor(56 * 56).save_pretrained(str(tmp_path / "model"))
+    args = [
+        *("--shards", str(tmp_path / "shards"), "--tokenizer", str(tok)),
+        *("--model-family", "qwen2-vl", "--model", str(tmp_path / "model")),
+        *("--image-token", "<|image_pad|>", "--length", "96", "--batch-size", "2"),
+        *("--workers", "1", "--cache-dir", str(tmp_path / "cache"), "--epochs", "1"),
+        *("--checkpoint", str(tmp_path / "ckpt"), "--save-every", "2"),
+    ]
+    _run(1, "vlm_sft_train.py", *args, "--max-steps", "2", "--keys-out", str(tmp_path / "a"))
+    out = _run(2, "vlm_sft_train.py", *args, "--resume", "--keys-out", str(tmp_path / "b"))
+    assert "resumed at step 2 of a 1-rank run" in out
+    first, rest = _steps(tmp_path / "a", 1), _steps(tmp_path / "b", 2)
+    assert len(rest[0]) == len(rest[1]) > 0
+    seen = _keys(first, 0) + _keys(rest, 0)
+    assert sorted(seen) == sorted(r["id"] for r in json.loads(listing.read_text()))
+    assert set(seen.values()) == {1}
+    assert all(math.isfinite(s["loss"]) for r in first + rest for s in r)
