@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 DEMO_DIR ?= build/demo
 DEMO_IMAGES ?= 2000
 
-.PHONY: venv system demo test test-full test-room docs lint format bench bench-fields bench-large bench-restart bench-video bench-peers bench-peers-recipe bench-reshard bench-packing bench-vlm bench-scale bench-parquet bench-split faults mutants clean
+.PHONY: venv system demo test test-full test-room docs lint format bench bench-fields bench-large bench-restart bench-video bench-peers bench-peers-recipe bench-reshard bench-packing bench-vlm bench-scale bench-parquet bench-split bench-sft faults mutants clean
 BENCH_DATA ?= bench/data
 BENCH_IMAGES ?= 10000
 BENCH_WORKERS ?= 1,2
@@ -261,21 +261,27 @@ bench-packing: $(STAMP)
 	mkdir -p bench/results
 	$(PY) bench/packing_bench.py --out bench/results/packing.md
 
-# Packed vision-language loading (bench/vlm_packing_bench.py): wdstool's loader against
+# Packed vision-language loading (bench/vlm_packing_bench.py grid): wdstool's loader against
 # Megatron-Energon's TaskEncoder packing (run from .venv-peers, where bench/peers/requirements.txt
-# installs it) and HF datasets streaming + a packing collate, on the same shards of $(VLM_SAMPLES)
-# interleaved samples (generated once under $(VLM_DATA)), the same image rule, tokenizer and
-# best-fit packing; $(VLM_ROUNDS) rounds interleaved after a warm one. Minutes on 2 cores.
-VLM_DATA ?= $(BENCH_DATA)/vlm
-VLM_SAMPLES ?= 2000
+# installs it) at 400, 800, 2,000 and 8,000 samples a rank x 2 and 4 workers (each data set
+# generated once under $(BENCH_DATA)/vlm-N), the same image rule, tokenizer and best-fit packing;
+# $(VLM_ROUNDS) rounds interleaved after a warm one. About an hour on 2 cores.
 VLM_ROUNDS ?= 3
-VLM_WORKERS ?= 2
 VLM_FLAGS ?=
 bench-vlm: $(STAMP) $(PEERS_STAMP)
 	mkdir -p bench/results
-	$(PY) bench/vlm_packing_bench.py --data $(VLM_DATA) --samples $(VLM_SAMPLES) \
-		--rounds $(VLM_ROUNDS) --workers $(VLM_WORKERS) --energon-python $(PEERS_PY) $(VLM_FLAGS) \
+	$(PY) bench/vlm_packing_bench.py grid --data $(BENCH_DATA) --pipelines wdstool,energon \
+		--rounds $(VLM_ROUNDS) --energon-python $(PEERS_PY) $(VLM_FLAGS) \
 		--out bench/results/vlm-packing.md
+
+# Fine-tuning batches (bench/vlm_sft_bench.py): 1,000 LLaVA-Instruct-like conversations through
+# the loader's chat template and assistant-only mask against HF datasets + apply_chat_template +
+# a masking collate (bench/results/vlm-sft.md), and Qwen2-VL's model inputs against its
+# processor in DataLoader workers, fast and slow (bench/results/vlm-model-inputs.md)
+bench-sft: $(STAMP)
+	mkdir -p bench/results
+	$(PY) bench/vlm_sft_bench.py sft --rounds $(VLM_ROUNDS) --out bench/results/vlm-sft.md
+	$(PY) bench/vlm_sft_bench.py model-inputs --rounds $(VLM_ROUNDS) --out bench/results/vlm-model-inputs.md
 
 # the fault suite's long, randomized variant (each randomized case FAULT_RUNS times its
 # `make test` count); prints the table and writes build/faults.md
