@@ -1,10 +1,10 @@
 """The code blocks of the README and the guides, found and run as a reader would run them.
 
-A page's blocks run in order, in a folder of their own that holds small real data under the
-names the guides use (``data/shards``, ``data/train``, ``images/train``, ``videos/``, ...: see
-:func:`build_world`); a page's Python blocks share one namespace, as in a session where the
-reader pastes them one after another; shell blocks run in ``bash -e`` with the project's
-``wdstool`` and ``python`` first on ``PATH``.
+A page's blocks run in order, in a new, empty folder of their own, as a reader who has made
+only the venv runs them: the page makes the data it uses (``wdstool sample-data``, a few lines
+of Python), a page's Python blocks share one namespace, as in a session where the reader pastes
+them one after another, and shell blocks run in ``bash -e`` with the venv's ``bin/`` first on
+``PATH`` (as ``source .venv/bin/activate`` puts it) and no ``PYTHONPATH``.
 
 A guide's fragment may use the names a training script around it has (``model``, ``device``,
 ``epochs``, ``loader``, ...): :data:`GIVEN` lists each with what it stands for, made only when a

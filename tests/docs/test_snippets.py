@@ -4,93 +4,17 @@
 from __future__ import annotations
 
 import gc
-import io
-import json
 import os
-import shutil
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import make_tree, run_cli
 from tests.docs.snippets import GIVEN, PAGES, ROOT, Block, Namespace, blocks, unknown_names
 
 pytestmark = pytest.mark.timeout(600)
 BIN = Path(sys.executable).parent
-
-
-def _webdataset_shards(
-    dest: Path, samples: int, per_shard: int, member: str, cls: bool = False
-) -> None:
-    """Shards as img2dataset and upstream webdataset's ShardWriter write them (no manifest):
-    KEY.jpg, KEY.txt and a KEY.json with the ``member`` layout."""
-    from tests.conftest import jpeg_bytes
-
-    dest.mkdir(parents=True)
-    for shard in range(0, samples, per_shard):
-        with tarfile.open(dest / f"{shard // per_shard:05d}.tar", "w") as tar:
-            for i in range(shard, min(shard + per_shard, samples)):
-                meta = {"url": f"https://example.org/{i}.jpg", "class_id": i % 3}
-                parts = {
-                    "jpg": jpeg_bytes(1000 + i, (80, 60)),
-                    "txt": f"a photo number {i}".encode(),
-                    "json": json.dumps(meta if member == "json" else {"url": meta["url"]}).encode(),
-                }
-                if cls:  # labelled like our packs: a class instead of a caption
-                    parts["cls"] = str(i % 3).encode()
-                    del parts["txt"]
-                for ext, data in parts.items():
-                    info = tarfile.TarInfo(f"{i:09d}.{ext}")
-                    info.size = len(data)
-                    tar.addfile(info, io.BytesIO(data))
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The folder every page starts from: small real data under the names the guides use."""
-    from shard_writer.sample_videos import VideoSettings, generate_sample_videos
-
-    w = tmp_path_factory.mktemp("world")
-    # 288 training images: one batch of 256 with drop_last, as several guides ask for
-    make_tree(w / "images" / "train", {"cat": 96, "dog": 96, "fox": 96}, seed=1)
-    make_tree(w / "images" / "val", {"cat": 6, "dog": 6, "fox": 6}, seed=2)
-    make_tree(w / "images" / "demo", {"cat": 32, "dog": 32}, seed=4)  # one batch of 64
-    run_cli("pack", str(w / "images/train"), str(w / "data/shards"), "--max-count", "96", "-q")
-    run_cli("pack", str(w / "images/train"), str(w / "data/train"), "-q")  # as interop.md packs it
-    run_cli("pack", str(w / "images/val"), str(w / "data/val"), "--max-count", "9", "-q")
-    run_cli("pack", str(w / "images/demo"), str(w / "build/demo/shards"), "-q")
-    shutil.copytree(w / "images/train", w / "data/images")
-    _webdataset_shards(w / "data/laion-shards", 48, 16, "url")
-    _webdataset_shards(w / "data/extra-shards", 48, 16, "json")
-    small = VideoSettings(width=64, height=48, fps=10, gop=10)
-    generate_sample_videos(
-        w / "videos", videos=4, classes=2, min_seconds=2, max_seconds=3, settings=small
-    )
-    (w / "examples").symlink_to(ROOT / "examples")
-    # lifecycle.md: another folder of tars, keys to withdraw, a week of new images, Hub parquet
-    _webdataset_shards(w / "other/tars", 24, 12, "json", cls=True)
-    with tarfile.open(next((w / "data/shards").glob("*.tar"))) as tar:
-        keys = sorted({m.name.split(".")[0] for m in tar.getmembers()})[:3]
-    (w / "withdrawn.txt").write_text("\n".join(keys) + "\n")
-    make_tree(w / "week-48", {"cat": 4, "dog": 4, "fox": 4}, seed=3)
-    _hub_parquet(w / "hub/train-00000-of-00004.parquet", rows=12)
-    return w
-
-
-def _hub_parquet(path: Path, rows: int) -> None:
-    """A parquet file as ``datasets.push_to_hub`` writes it: an ``image`` struct of bytes and
-    path, and a ``label`` column."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from tests.conftest import jpeg_bytes
-
-    path.parent.mkdir(parents=True)
-    images = [{"bytes": jpeg_bytes(5000 + i, (70, 50)), "path": f"{i}.jpg"} for i in range(rows)]
-    pq.write_table(pa.table({"image": images, "label": [i % 3 for i in range(rows)]}), path)
 
 
 def _page_id(page: Path) -> str:
@@ -111,17 +35,29 @@ def _run_shell(block: Block, cwd: Path, env: dict[str, str]) -> None:
     )
 
 
+def _reader_env() -> dict[str, str]:
+    """A reader's shell: the venv's ``bin/`` first on PATH (as ``source .venv/bin/activate``
+    puts it), nothing else of the suite's (no PYTHONPATH: the project is importable because the
+    venv installed it)."""
+    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "PYTEST_CURRENT_TEST"}}
+    env["PATH"] = f"{BIN}{os.pathsep}{env['PATH']}"
+    env["VIRTUAL_ENV"] = str(BIN.parent)
+    return env
+
+
 @pytest.mark.parametrize("page", PAGES, ids=_page_id)
-def test_every_block_of_the_page_runs(
-    page: Path, world: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_every_block_of_the_page_runs_in_an_empty_folder(
+    page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A page runs top to bottom as a reader runs it: in a new, empty folder (not the clone),
+    making the data it uses itself; the first block that fails fails the page."""
     runnable = [b for b in blocks(page) if b.lang and b.skip_reason is None]
     if not runnable:
         pytest.skip(f"{_page_id(page)}: no runnable block")
-    cwd = tmp_path / "page"
-    shutil.copytree(world, cwd, symlinks=True)
+    cwd = tmp_path / "reader"
+    cwd.mkdir()
     monkeypatch.chdir(cwd)
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
+    env = _reader_env()
     ns = Namespace(__name__="__snippet__")
     try:
         for block in runnable:
@@ -161,7 +97,7 @@ def test_every_directive_is_one_the_runner_knows() -> None:
     assert not odd, f"unknown snippet directives: {odd}"
 
 
-def test_a_renamed_name_fails_the_page(world: Path, tmp_path: Path, monkeypatch) -> None:
+def test_a_renamed_name_fails_the_page(tmp_path: Path) -> None:
     """What the runner is for: a guide quoting a name the code no longer has fails."""
     page = tmp_path / "guide.md"
     page.write_text("```python\nfrom loaders import make_loaderr\n```\n")
@@ -200,3 +136,21 @@ def test_pip_install_lines_name_extras_the_project_has() -> None:
                             if name == "." and e and e not in extras:
                                 wrong.append(f"{where}: extra {e!r} is not in pyproject.toml")
     assert not wrong, wrong
+
+
+CONTINUES = "run in order in one folder"
+
+
+def test_a_page_whose_blocks_lean_on_each_other_says_so() -> None:
+    """A reader who pastes the third block alone gets a NameError or a missing folder: a page
+    with more than one runnable block says, before its first, that they run in order in one
+    folder (and, where Python blocks share names, in one session)."""
+    silent = []
+    for page in PAGES:
+        runnable = [b for b in blocks(page) if b.lang and b.skip_reason is None]
+        if len(runnable) < 2:
+            continue
+        before = "\n".join(page.read_text().splitlines()[: runnable[0].line - 1])
+        if CONTINUES not in " ".join(before.split()):
+            silent.append(_page_id(page))
+    assert not silent, f"pages that do not say their blocks {CONTINUES!r}: {silent}"

@@ -16,6 +16,7 @@ import click
 from wdstool import __version__
 from wdstool.base.credentials import ScrubbingFilter
 from wdstool.base.errors import WdsToolError
+from wdstool.cli.examples import examples_cmd
 from wdstool.cli.flag_words import FlagWordsFilter, flag_words
 from wdstool.cli.index import index_cmd
 from wdstool.cli.inspect import inspect_cmd, verify_cmd
@@ -90,6 +91,7 @@ for command in (
     index_cmd,
     stream_bench_cmd,
     show_cmd,
+    examples_cmd,
 ):
     cli.add_command(command)
 
