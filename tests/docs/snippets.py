@@ -201,16 +201,6 @@ GIVEN: dict[str, tuple[str, Factory]] = {
         lambda ns: sorted(str(p) for p in Path("data/shards").glob("*.tar")),
     ),
     "steps_per_epoch": ("steps in an epoch", lambda ns: 4),
-    "torch": ("import torch", lambda ns: __import__("torch")),
-    "make_loader": (
-        "from loaders import make_loader",
-        lambda ns: __import__("loaders").make_loader,
-    ),
-    "normalize": ("from loaders import normalize", lambda ns: __import__("loaders").normalize),
-    "v2": (
-        "from torchvision.transforms import v2",
-        lambda ns: __import__("torchvision.transforms.v2", fromlist=["v2"]),
-    ),
 }
 
 

@@ -5,13 +5,24 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.docs.snippets import GIVEN, PAGES, ROOT, Block, Namespace, blocks, unknown_names
+from tests.docs.snippets import (
+    GIVEN,
+    PAGES,
+    ROOT,
+    Block,
+    Namespace,
+    blocks,
+    free_names,
+    names,
+    unknown_names,
+)
 
 pytestmark = pytest.mark.timeout(600)
 BIN = Path(sys.executable).parent
@@ -154,3 +165,32 @@ def test_a_page_whose_blocks_lean_on_each_other_says_so() -> None:
         if CONTINUES not in " ".join(before.split()):
             silent.append(_page_id(page))
     assert not silent, f"pages that do not say their blocks {CONTINUES!r}: {silent}"
+
+
+def _fragments() -> list[tuple[Block, set[str]]]:
+    """Each runnable Python block that reads names of the reader's own script (GIVEN) which
+    the page did not make before it, with those names."""
+    found = []
+    for page in PAGES:
+        earlier: set[str] = set()
+        for b in blocks(page):
+            if b.lang != "python" or b.skip_reason is not None:
+                continue
+            theirs = (free_names(b.code) - earlier) & set(GIVEN)
+            if theirs:
+                found.append((b, theirs))
+            earlier |= names(b.code)[0]
+    return found
+
+
+def test_a_fragment_says_which_names_are_the_reader_s() -> None:
+    """Pasted alone, a block reading ``model`` fails with a NameError: a block that uses names
+    of the reader's own training script says so in its first line (``# a fragment: model,
+    device and epochs are your script's``), naming each."""
+    unmarked = []
+    for block, theirs in _fragments():
+        first = block.code.splitlines()[0]
+        said = set(re.findall(r"\w+", first))
+        if not (first.startswith("#") and "fragment" in first and theirs <= said):
+            unmarked.append(f"{block.where}: {sorted(theirs)}")
+    assert not unmarked, f"fragments whose first line does not name what they need: {unmarked}"
