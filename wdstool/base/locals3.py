@@ -15,7 +15,9 @@ chosen by the kernel; ``LocalS3`` starts it, waits until it answers, and stops i
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -25,6 +27,28 @@ HOST = "127.0.0.1"
 ACCESS_KEY = "testing"
 SECRET_KEY = "testing"  # moto accepts any credentials; these are not secrets
 REGION = "us-east-1"
+BUCKET_RULE = (
+    "3-63 characters: lowercase letters, digits, dots and hyphens, starting and ending with a "
+    "letter or digit"
+)
+
+
+def bucket_name_problem(name: str) -> str | None:
+    """Why ``name`` is not a valid S3 bucket name (AWS's general-purpose rules), or None."""
+    if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", name):
+        return BUCKET_RULE
+    if ".." in name or ".-" in name or "-." in name:
+        return "no two adjacent dots, nor a dot next to a hyphen"
+    with contextlib.suppress(ValueError):
+        ipaddress.IPv4Address(name)
+        return "not formatted as an IP address"
+    for prefix in ("xn--", "sthree-", "amzn-s3-demo-"):
+        if name.startswith(prefix):
+            return f"not starting with {prefix!r} (reserved)"
+    for suffix in ("-s3alias", "--ol-s3", "--x-s3", "--table-s3"):
+        if name.endswith(suffix):
+            return f"not ending with {suffix!r} (reserved)"
+    return None
 
 
 def _child(detached: bool = False) -> None:
@@ -114,10 +138,14 @@ class LocalS3:
         return self
 
     def stop(self) -> None:
+        """Stop the server (a detached one too: it waits for SIGTERM, not for its stdin)."""
         if self._proc is None:
             return
         with contextlib.suppress(OSError):
-            self._proc.stdin.close()  # type: ignore[union-attr]
+            if self._detached:
+                self._proc.terminate()
+            else:
+                self._proc.stdin.close()  # type: ignore[union-attr]
         try:
             self._proc.wait(10)
         except subprocess.TimeoutExpired:
@@ -151,7 +179,10 @@ def main() -> None:  # pragma: no cover - interactive helper
     """``python -m wdstool.base.locals3 [--bucket NAME ...] [--detach]``: a server in the
     foreground until Ctrl-C, or, with ``--detach``, in the background, printing the ``export``
     lines to use it (``eval "$(python -m wdstool.base.locals3 --detach --bucket b)"``) and the
-    server's pid as ``WDSTOOL_LOCAL_S3_PID`` (``kill $WDSTOOL_LOCAL_S3_PID`` stops it)."""
+    server's pid as ``WDSTOOL_LOCAL_S3_PID`` (``kill $WDSTOOL_LOCAL_S3_PID`` stops it).
+
+    Bucket names are checked before a server starts; an error after it started stops it, so
+    that nothing is left running."""
     import argparse
 
     if sys.argv[1:2] == ["--child"]:
@@ -161,12 +192,27 @@ def main() -> None:  # pragma: no cover - interactive helper
     parser.add_argument("--bucket", action="append", default=[], help="create this bucket")
     parser.add_argument("--detach", action="store_true", help="run in the background")
     args = parser.parse_args()
-    s3 = LocalS3(detached=args.detach).start()
     for name in args.bucket:
-        s3.make_bucket(name)
+        problem = bucket_name_problem(name)
+        if problem:
+            sys.exit(f"Error: --bucket {name!r}: not a valid S3 bucket name ({problem})")
+    try:
+        s3 = LocalS3(detached=args.detach).start()
+    except RuntimeError as exc:
+        sys.exit(f"Error: {exc}")
+    try:
+        for name in args.bucket:
+            s3.make_bucket(name)
+    except Exception as exc:
+        s3_pid = s3.pid
+        s3.stop()
+        sys.exit(
+            f"Error: --bucket {name!r}: {type(exc).__name__}: {exc} (server pid {s3_pid} stopped)"
+        )
     if args.detach:
         print(
-            f"# a local S3 server (moto) at {s3.endpoint_url}; kill $WDSTOOL_LOCAL_S3_PID stops it"
+            f"# a local S3 server (moto) at {s3.endpoint_url}, pid {s3.pid}; "
+            "kill $WDSTOOL_LOCAL_S3_PID stops it"
         )
         for k, v in {**s3.env, "WDSTOOL_LOCAL_S3_PID": str(s3.pid)}.items():
             print(f"export {k}={v}")
