@@ -10,6 +10,11 @@ or node dies (``max_retries``); a shard task is idempotent (temporary name, atom
   on 127.0.0.1 only and stopped at the end; with one, the driver joins that cluster after
   checking within seconds that its address answers (``ray.init`` on an unreachable address
   waits for minutes).
+- A cluster that refuses this process is one line naming the cause and its fix, before Ray's
+  own connection attempt (which retries for ~20 s and ends in "Failed to connect"): token
+  authentication (``RAY_AUTH_MODE=token``) without a token or with another one, found by one
+  call to the GCS with the token the driver would send; after it, a Ray or Python version other
+  than the cluster's.
 - Errors raised on purpose in a task (one-line :class:`WdsToolError`) come back as values and
   are raised in the driver unchanged, not as Ray's multi-line ``RayTaskError``.
 """
@@ -19,12 +24,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import socket
 import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future
+from pathlib import Path
 from typing import Any
 
 from wdstool.base.errors import ConfigError, WdsToolError
@@ -143,6 +150,75 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
         ) from None
 
 
+def _auth_token() -> tuple[str | None, str]:
+    """The token a Ray driver sends with ``RAY_AUTH_MODE=token``, and where it came from:
+    ``RAY_AUTH_TOKEN``, the file ``RAY_AUTH_TOKEN_PATH`` names, or ``~/.ray/auth_token``."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return os.environ["RAY_AUTH_TOKEN"].strip(), "RAY_AUTH_TOKEN"
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    where = Path(path).expanduser() if path else Path.home() / ".ray" / "auth_token"
+    with contextlib.suppress(OSError):
+        return where.read_text().strip() or None, str(where)
+    return None, "RAY_AUTH_TOKEN_PATH" if path else "~/.ray/auth_token"
+
+
+AUTH_FIX = (
+    "export RAY_AUTH_MODE=token and RAY_AUTH_TOKEN=<the cluster's token> (`ray get-auth-token` "
+    "on the head prints it; RAY_AUTH_TOKEN_PATH=FILE reads it from a file)"
+)
+
+
+def check_authenticated(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
+    """One call to the cluster's GCS with the token this process would send (none unless
+    ``RAY_AUTH_MODE=token``): a refusal is a one-line :class:`ConfigError` saying why and what
+    to set. Anything else (another Ray's GCS, a Ray Client address) is left to ``ray.init``."""
+    hp = _gcs_host_port(address)
+    if hp is None or address.startswith("ray://"):
+        return
+    try:
+        import grpc  # Ray's own dependency
+    except ImportError:  # pragma: no cover - Ray always brings it
+        return
+    token, source = _auth_token()
+    sending = os.environ.get("RAY_AUTH_MODE", "").lower() == "token" and token is not None
+    metadata = (("authorization", f"Bearer {token}"),) if sending else ()
+    host, port = hp
+    with grpc.insecure_channel(f"{host}:{port}") as channel:
+        call = channel.unary_unary("/ray.rpc.NodeInfoGcsService/GetClusterId")
+        try:
+            call(b"", timeout=timeout, metadata=metadata)
+            return
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.UNAUTHENTICATED:
+                return
+    if sending:
+        why = f"the cluster refused the token from {source}"
+    elif os.environ.get("RAY_AUTH_MODE", "").lower() == "token":
+        why = f"RAY_AUTH_MODE=token but no token was found (RAY_AUTH_TOKEN, {source})"
+    else:
+        why = "the cluster requires token authentication and this process sends no token"
+    raise ConfigError(f"ray_address={address}: {why}: {AUTH_FIX}")
+
+
+def _version_mismatch(address: str, exc: Exception) -> ConfigError | None:
+    """Ray's multi-line "Version mismatch" as one line with the fix, or None."""
+    text = " ".join(str(exc).split())
+    m = re.search(
+        r"Version mismatch: The cluster was started with: Ray: (\S+) Python: (\S+) "
+        r"This process on .*? was started with: Ray: (\S+) Python: (\S+)",
+        text,
+    )
+    if m is None:
+        return None
+    ray_c, py_c, ray_here, py_here = m.groups()
+    return ConfigError(
+        f"ray_address={address}: version mismatch: the cluster runs Ray {ray_c} on Python "
+        f"{py_c}, this process Ray {ray_here} on Python {py_here}: run wdstool with the "
+        f"cluster's versions (pip install 'ray[default]=={ray_c}' in a Python {py_c} venv), "
+        "or start the cluster with this one's"
+    )
+
+
 @contextlib.contextmanager
 def ray_executor(address: str | None, num_cpus: int) -> Iterator[RayExecutor]:
     """A RayExecutor on the cluster at ``address`` (or ``RAY_ADDRESS``), else on a local
@@ -160,6 +236,7 @@ def ray_executor(address: str | None, num_cpus: int) -> Iterator[RayExecutor]:
         return
     if address is not None:
         check_reachable(address)
+        check_authenticated(address)
     kwargs: dict[str, Any] = {
         "log_to_driver": False,
         "logging_level": logging.WARNING,
@@ -177,6 +254,11 @@ def ray_executor(address: str | None, num_cpus: int) -> Iterator[RayExecutor]:
                 ray.init(address=address, **kwargs)
         except ConnectionError as exc:
             raise ConfigError(f"ray_address={address}: {' '.join(str(exc).split())}") from None
+        except RuntimeError as exc:
+            mismatch = _version_mismatch(address or "local", exc)
+            if mismatch is None:
+                raise
+            raise mismatch from None
         try:
             yield RayExecutor(ray)
         finally:

@@ -3,6 +3,7 @@ worker killed mid-pack, and the errors a user meets first. Output must equal --e
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -301,6 +302,113 @@ def test_engine_ray_without_ray_names_the_extra(small_tree: Path, tmp_path: Path
     )
     assert r.returncode != 0
     assert r.stderr.strip() == "Error: --engine 'ray' needs Ray: pip install -e '.[ray]'"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def _head(home: Path, env: dict[str, str], ray_version: str | None = None):
+    """A one-node cluster started as `ray start --head --block` does, on 127.0.0.1, in a
+    session of its own (ended with it); ``ray_version``: the version its head records (the
+    cluster of another Ray release)."""
+    port = _free_port()
+    patch = f"ray.__version__ = {ray_version!r}; " if ray_version else ""
+    code = (
+        f"import sys, ray; {patch}from ray.scripts.scripts import main; "
+        f"sys.argv = ['ray', 'start', '--head', '--block', '--node-ip-address=127.0.0.1', "
+        f"'--port={port}', '--include-dashboard=false', '--num-cpus=1', "
+        f"'--disable-usage-stats']; main()"
+    )
+    home.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env={**os.environ, **LOOPBACK, "HOME": str(home), **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        import grpc
+
+        deadline = time.monotonic() + 120
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call = channel.unary_unary("/ray.rpc.NodeInfoGcsService/GetClusterId")
+            while True:  # up once the GCS answers (with anything but "unavailable")
+                assert proc.poll() is None and time.monotonic() < deadline, "head did not start"
+                try:
+                    call(b"", timeout=2)
+                    break
+                except grpc.RpcError as exc:
+                    if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                        break
+                time.sleep(0.5)
+        time.sleep(2)  # the head writes the cluster's metadata after its GCS is up
+        yield f"127.0.0.1:{port}"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(60)
+
+
+TOKEN = "0123456789abcdef0123456789abcdef"
+
+
+def test_a_cluster_with_token_authentication_names_ray_auth_mode(
+    small_tree: Path, tmp_path: Path
+) -> None:
+    """Ray's own attempt retries for ~20 s and ends in "Failed to connect to Ray cluster"; one
+    call to the GCS with the driver's token says which of three it is, in one line."""
+    from shard_writer.ray_engine import check_authenticated
+
+    home = tmp_path / "home"  # no ~/.ray/auth_token of this machine's
+    with _head(home, {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": TOKEN}) as address:
+        args = ["pack", str(small_tree), str(tmp_path / "out"), "--engine", "ray"]
+        cases = {
+            "the cluster requires token authentication and this process sends no token": {},
+            "RAY_AUTH_MODE=token but no token was found": {"RAY_AUTH_MODE": "token"},
+            "the cluster refused the token from RAY_AUTH_TOKEN": {
+                "RAY_AUTH_MODE": "token",
+                "RAY_AUTH_TOKEN": "f" * 32,
+            },
+        }
+        for why, extra in cases.items():
+            env = {**LOOPBACK, "HOME": str(home), "RAY_AUTH_MODE": "", "RAY_AUTH_TOKEN": "",
+                   **extra}  # fmt: skip
+            r = run_cli(*args, "--ray-address", address, env=env, check=False, timeout=120)
+            assert r.returncode != 0
+            lines = r.stderr.strip().splitlines()
+            assert len(lines) == 1, r.stderr
+            assert lines[0].startswith(f"Error: --ray-address {address}: {why}")
+            assert "export RAY_AUTH_MODE=token and RAY_AUTH_TOKEN=" in lines[0]
+            assert not (tmp_path / "out" / "index.json").exists()
+        token = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": TOKEN}
+        with pytest.MonkeyPatch.context() as mp:
+            for k, v in token.items():
+                mp.setenv(k, v)
+            check_authenticated(address)  # the cluster's own token passes
+
+
+@pytest.mark.full
+def test_a_cluster_of_another_ray_release_is_one_line_naming_both(
+    small_tree: Path, tmp_path: Path
+) -> None:
+    with _head(tmp_path / "home", {}, ray_version="9.9.9") as address:
+        r = run_cli(
+            "pack", str(small_tree), str(tmp_path / "out"), "--engine", "ray",
+            "--ray-address", address, env=LOOPBACK, check=False, timeout=180,
+        )  # fmt: skip
+    assert r.returncode != 0
+    line = r.stderr.strip().splitlines()[-1]
+    here = f"Ray {ray.__version__} on Python {'.'.join(map(str, sys.version_info[:3]))}"
+    assert line.startswith(f"Error: --ray-address {address}: version mismatch: ")
+    assert "the cluster runs Ray 9.9.9 on Python" in line and f"this process {here}" in line
+    assert "pip install 'ray[default]==9.9.9'" in line
 
 
 @pytest.mark.full
