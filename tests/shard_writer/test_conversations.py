@@ -84,6 +84,7 @@ def test_a_llava_json_packs_roles_turns_images_and_text_only_rows(tmp_path: Path
     assert report["num_samples"] == N and report["num_images"] == N - N // 3 + N // 4 - 1
     info = json.loads(run_cli("inspect", str(ds), "--json").stdout)
     assert info["num_samples"] == N
+    assert "classes   none (no class labels)" in run_cli("inspect", str(ds)).stdout.splitlines()
 
 
 def test_the_messages_form_in_json_lines(tmp_path: Path) -> None:

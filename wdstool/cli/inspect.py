@@ -75,10 +75,7 @@ def inspect_cmd(
         )
         click.echo(f"text      {docs['chars']} characters")
     click.echo(f"bytes     {format_size(info['total_bytes'])}")
-    click.echo(
-        f"classes   {len(info['classes'])}: {', '.join(info['classes'][:10])}"
-        + (" ..." if len(info["classes"]) > 10 else "")
-    )
+    click.echo(_classes_line(info["classes"]))
     click.echo(f"skipped   {len(info['skipped'])} inputs at pack time")
     for v in info.get("versions", []):
         inputs = ", ".join(v["inputs"]) or "(not recorded)"
@@ -114,12 +111,8 @@ def _echo_parquet(info: dict[str, Any]) -> None:
         )
     if info["image_column"] is None:
         click.echo("image     no image column found (name one: Source(url, image=COLUMN))")
-    classes = info["classes"]
-    if classes:
-        click.echo(
-            f"classes   {len(classes)}: {', '.join(classes[:10])}"
-            + (" ..." if len(classes) > 10 else "")
-        )
+    if info["classes"]:
+        click.echo(_classes_line(info["classes"]))
     _echo_first(
         info,
         "files",
@@ -127,6 +120,13 @@ def _echo_parquet(info: dict[str, Any]) -> None:
             f"{f['url']}  {f['rows']} rows  {f['row_groups']} row groups  {format_size(f['bytes'])}"
         ),
     )
+
+
+def _classes_line(classes: list[str]) -> str:
+    if not classes:
+        return "classes   none (no class labels)"
+    more = " ..." if len(classes) > 10 else ""
+    return f"classes   {len(classes)}: {', '.join(classes[:10])}{more}"
 
 
 def _echo_first(info: dict[str, Any], what: str, line: Any) -> None:
