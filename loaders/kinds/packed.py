@@ -36,6 +36,7 @@ from loaders.kinds.base import NextSample
 from loaders.kinds.interleaved import InterleavedKind, flat_images
 from loaders.plan import Mixture, Slice
 from loaders.plan.packed import (
+    PackedData,
     PackSpec,
     plan_packed,
     plan_packed_resumed,
@@ -141,7 +142,8 @@ class PackedKind(InterleavedKind):
         )
         if resume is None:
             lengths = np.concatenate([s.lengths for s in dataset.sources])
-            return plan_packed(dataset.mixture, lengths, spec, pack, dataset.topology)
+            data = PackedData.of(dataset.mixture, lengths)
+            return plan_packed(data, spec, pack, dataset.topology)
         # the interrupted epoch's sources (a data set appended to since: the version it was
         # planned on, whose samples are the data set's first)
         lengths = np.concatenate(
@@ -150,9 +152,8 @@ class PackedKind(InterleavedKind):
                 for i, src in zip(resume.sources, resume.mixture.sources, strict=True)
             ]
         )
-        return plan_packed_resumed(
-            resume.mixture, lengths, spec, pack, resume.history, dataset.topology
-        )
+        data = PackedData.of(resume.mixture, lengths)
+        return plan_packed_resumed(data, resume.history, spec, pack, dataset.topology)
 
     @classmethod
     def worker_samples(

@@ -205,44 +205,48 @@ def _undelivered(p: _Packed, share: Units, seqs: int) -> Units:
     return Units(ids, off[at], np.add.reduceat(tok, at) if len(at) else tok[:0])
 
 
-def _checked_lengths(data: PlanData, lengths: np.ndarray) -> tuple[Mixture, np.ndarray]:
-    """The mixture of ``data`` and its lengths, checked: one count >= 1 per sample of every
-    source, the sources one after another."""
-    mix = as_mixture(data)
-    total = mix.num_samples
-    arr = np.asarray(lengths)
-    if arr.ndim != 1 or arr.dtype.kind not in "iu" or len(arr) != total:
-        of = "" if len(mix.sources) == 1 else f" of the {len(mix.sources)} sources, in order"
-        raise ConfigError(
-            f"lengths must be one integer token count per sample{of} ({total}), got "
-            f"{arr.dtype} of shape {arr.shape}"
-        )
-    bad = np.flatnonzero(arr < 1)
-    if bad.size:
-        raise ConfigError(f"lengths[{int(bad[0])}]={int(arr[bad[0]])}: a sample has >= 1 token")
-    return mix, arr.astype(np.int64)
+@dataclass(frozen=True, eq=False)
+class PackedData:
+    """What a packed plan packs: the samples of one source's shards or of a weighted
+    :class:`Mixture` (``mixture``), and every sample's token count (``lengths``: the sources'
+    one after another, in global sample id order). Built by :meth:`of`, which checks them once."""
+
+    mixture: Mixture
+    lengths: np.ndarray  # int64, one count >= 1 per sample
+
+    @classmethod
+    def of(cls, data: PlanData, lengths: np.ndarray | Sequence[int]) -> PackedData:
+        """``data`` (shard sizes or a mixture) and its lengths, checked: one integer count
+        >= 1 per sample of every source, the sources one after another."""
+        mix = as_mixture(data)
+        total = mix.num_samples
+        arr = np.asarray(lengths)
+        if arr.ndim != 1 or arr.dtype.kind not in "iu" or len(arr) != total:
+            of = "" if len(mix.sources) == 1 else f" of the {len(mix.sources)} sources, in order"
+            raise ConfigError(
+                f"lengths must be one integer token count per sample{of} ({total}), got "
+                f"{arr.dtype} of shape {arr.shape}"
+            )
+        bad = np.flatnonzero(arr < 1)
+        if bad.size:
+            raise ConfigError(f"lengths[{int(bad[0])}]={int(arr[bad[0]])}: a sample has >= 1 token")
+        return cls(mix, arr.astype(np.int64))
 
 
 def plan_packed(
-    data: PlanData,
-    lengths: np.ndarray | Sequence[int],
-    spec: EpochSpec,
-    pack: PackSpec,
-    topology: Topology,
+    data: PackedData, spec: EpochSpec, pack: PackSpec, topology: Topology
 ) -> PackedRankPlan:
-    """The packed plan of rank ``topology.rank`` for the fresh epoch ``spec.epoch`` of ``data``
-    (one source's shard sizes, or a :class:`Mixture`), ``lengths`` its samples' tokens."""
-    mix, lens = _checked_lengths(data, np.asarray(lengths))
-    shares = fresh_shares(mix, lens, spec, topology.world_size)
+    """The packed plan of rank ``topology.rank`` for the fresh epoch ``spec.epoch`` of
+    ``data`` (its samples and their tokens)."""
+    shares = fresh_shares(data.mixture, data.lengths, spec, topology.world_size)
     return _Segment(shares, spec, pack, 0).plan(topology)
 
 
 def plan_packed_resumed(
-    data: PlanData,
-    lengths: np.ndarray | Sequence[int],
+    data: PackedData,
+    history: Sequence[Segment],
     spec: EpochSpec,
     pack: PackSpec,
-    history: Sequence[Segment],
     topology: Topology,
 ) -> PackedRankPlan:
     """The packed plan of one rank for the rest of an epoch interrupted after ``history``:
@@ -261,8 +265,8 @@ def plan_packed_resumed(
     is counted in the segment whose window, holding it, had a batch delivered (the last
     segment: all its windows)."""
     if not history:
-        return plan_packed(data, lengths, spec, pack, topology)
-    mix, lens = _checked_lengths(data, np.asarray(lengths))
+        return plan_packed(data, spec, pack, topology)
+    mix, lens = data.mixture, data.lengths
     left = concat_units([])
     for g, seg in enumerate(history):
         shares = (
@@ -300,6 +304,7 @@ __all__ = [
     "Batch",
     "Entry",
     "PackSpec",
+    "PackedData",
     "PackedRankPlan",
     "PackedWindow",
     "PackedWorker",

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from loaders.plan import EpochSpec, MixSource, Mixture, Segment, Topology
 from loaders.plan.packed import (
+    PackedData,
     PackedRankPlan,
     PackSpec,
     empty_batch,
@@ -56,7 +57,7 @@ topologies = st.tuples(st.integers(1, 4), st.integers(0, 3), st.integers(1, 4)) 
 def _plans(setup, world_size: int, workers: int) -> list[PackedRankPlan]:
     sizes, lengths, spec, pack = setup
     return [
-        plan_packed(sizes, lengths, spec, pack, Topology(r, world_size, workers))
+        plan_packed(PackedData.of(sizes, lengths), spec, pack, Topology(r, world_size, workers))
         for r in range(world_size)
     ]
 
@@ -67,7 +68,7 @@ def _segment_plans(data, lengths, spec, pack, history, shape) -> list[PackedRank
     seg_pack = PackSpec(**{**pack.__dict__, "rows": rows})
     return [
         plan_packed_resumed(
-            data, lengths, spec, seg_pack, history, Topology(r, world_size, workers)
+            PackedData.of(data, lengths), history, spec, seg_pack, Topology(r, world_size, workers)
         )
         for r in range(world_size)
     ]
@@ -190,7 +191,7 @@ def test_same_topology_resume_gives_the_uninterrupted_rest(setup, topo, at) -> N
     pack = PackSpec(**{**pack.__dict__, "rows": rows})
     for rank in range(world_size):
         t_rank = Topology(rank, world_size, workers)
-        full = plan_packed(sizes, lengths, spec, pack, t_rank)
+        full = plan_packed(PackedData.of(sizes, lengths), spec, pack, t_rank)
         whole = _delivered(full)
         for t in range(full.num_batches + 1):  # the loader's order from every point
             skips = full.delivered(t)
@@ -199,7 +200,7 @@ def test_same_topology_resume_gives_the_uninterrupted_rest(setup, topo, at) -> N
             assert at_t.loader_order() == full.batch_order()[t:]
         for t in sorted({0, full.num_batches, *(round(f * full.num_batches) for f in at)}):
             seg = Segment(world_size, workers, rows, t)
-            resumed = plan_packed_resumed(sizes, lengths, spec, pack, [seg], t_rank)
+            resumed = plan_packed_resumed(PackedData.of(sizes, lengths), [seg], spec, pack, t_rank)
             assert resumed.resume_at == t and resumed.remaining_batches == len(whole) - t
             assert resumed.loader_order() == full.batch_order()[t:]
             assert _delivered(resumed) == whole[t:]
@@ -253,7 +254,11 @@ def test_elastic_resume_delivers_every_remaining_token_once(setup, segments, fin
     final_pack = PackSpec(**{**pack.__dict__, "rows": rows})
     plans = [
         plan_packed_resumed(
-            sizes, lengths, spec, final_pack, history, Topology(r, world_size, workers)
+            PackedData.of(sizes, lengths),
+            history,
+            spec,
+            final_pack,
+            Topology(r, world_size, workers),
         )
         for r in range(world_size)
     ]
@@ -276,19 +281,21 @@ def test_bad_inputs_are_one_line_config_errors() -> None:
     pack = PackSpec(capacity=8, rows=2)
     lengths = np.array([3, 9, 2, 5])
     with pytest.raises(ConfigError, match=r"per sample of the 2 sources, in order \(7\)"):
-        plan_packed(Mixture((MixSource((2, 2)), MixSource((3,)))), lengths, spec, pack, topo)
+        plan_packed(
+            PackedData.of(Mixture((MixSource((2, 2)), MixSource((3,)))), lengths), spec, pack, topo
+        )
     with pytest.raises(ConfigError, match="one integer token count per sample"):
-        plan_packed([2, 3], lengths, spec, pack, topo)
+        plan_packed(PackedData.of([2, 3], lengths), spec, pack, topo)
     with pytest.raises(ConfigError, match=r"lengths\[2\]=0"):
-        plan_packed([4], np.array([3, 9, 0, 5]), spec, pack, topo)
+        plan_packed(PackedData.of([4], np.array([3, 9, 0, 5])), spec, pack, topo)
     with pytest.raises(ConfigError, match="rows"):
         PackSpec(capacity=8, rows=0)
     with pytest.raises(ConfigError, match="overflow"):
         PackSpec(capacity=8, rows=2, overflow="wrap")
-    full = plan_packed([4], lengths, spec, pack, topo)
+    full = plan_packed(PackedData.of([4], lengths), spec, pack, topo)
     with pytest.raises(ConfigError, match="batches were delivered"):
         plan_packed_resumed(
-            [4], lengths, spec, pack, [Segment(1, 0, 2, full.num_batches + 1)], topo
+            PackedData.of([4], lengths), [Segment(1, 0, 2, full.num_batches + 1)], spec, pack, topo
         )
 
 
@@ -422,11 +429,11 @@ def test_mixture_same_topology_resume_gives_the_uninterrupted_rest(setup, topo, 
     pack = PackSpec(**{**pack.__dict__, "rows": rows})
     for rank in range(world_size):
         t_rank = Topology(rank, world_size, workers)
-        full = plan_packed(mix, lengths, spec, pack, t_rank)
+        full = plan_packed(PackedData.of(mix, lengths), spec, pack, t_rank)
         whole = _delivered(full)
         for t in sorted({0, full.num_batches, *(round(f * full.num_batches) for f in at)}):
             seg = Segment(world_size, workers, rows, t)
-            resumed = plan_packed_resumed(mix, lengths, spec, pack, [seg], t_rank)
+            resumed = plan_packed_resumed(PackedData.of(mix, lengths), [seg], spec, pack, t_rank)
             assert resumed.resume_at == t and resumed.remaining_batches == len(whole) - t
             assert _delivered(resumed) == whole[t:]
 
@@ -478,7 +485,7 @@ def test_best_fit_decreasing_rows_come_in_a_seeded_order() -> None:
 
     def longest_per_row(shuffle: bool, seed: int) -> list[int]:
         spec = EpochSpec(seed=seed, epoch=0, shuffle=shuffle)
-        (win,) = plan_packed([400], lengths, spec, pack, Topology(0, 1, 0)).windows
+        (win,) = plan_packed(PackedData.of([400], lengths), spec, pack, Topology(0, 1, 0)).windows
         return [max(int(lengths[sid]) for sid, _, _ in row) for (row,) in win.batches]
 
     assert longest_per_row(False, 0) == sorted(longest_per_row(False, 0), reverse=True)
@@ -495,7 +502,7 @@ def test_every_worker_has_batches_however_few_the_windows(setup, k) -> None:
     worker worked and the others idled)."""
     sizes, lengths, spec, pack = setup
     pack = PackSpec(**{**pack.__dict__, "window": 10**6})  # one window a rank
-    (plan,) = [plan_packed(sizes, lengths, spec, pack, Topology(0, 1, k))]
+    (plan,) = [plan_packed(PackedData.of(sizes, lengths), spec, pack, Topology(0, 1, k))]
     counts = [w.num_batches for w in plan.workers]
     assert len(plan.windows) <= 1
     assert max(counts) - min(counts) <= 1 and sum(counts) == plan.num_batches
