@@ -93,6 +93,27 @@ def save_checkpoint(folder: Path, step: int, model, opt, loader, rank: int, worl
         os.replace(folder / "latest.tmp", folder / "latest.json")
 
 
+def load_checkpoint(folder: Path, model, opt, loader, rank: int) -> tuple[int, int]:
+    """The latest complete step's model, optimizer and loader state; (step, epoch)."""
+    latest = json.loads((folder / "latest.json").read_text())
+    src = rank % latest["world_size"]  # any old rank's loader state: they share a history
+    ckpt = torch.load(folder / f"step{latest['step']}-rank{src}.pt", weights_only=False)
+    model.module.load_state_dict(ckpt["model"])
+    opt.load_state_dict(ckpt["optimizer"])
+    loader.load_state_dict(ckpt["loader"])  # another world size: re-planned exactly
+    if rank == 0:
+        print(f"resumed at step {ckpt['step']} of a {latest['world_size']}-rank run", flush=True)
+    return ckpt["step"], ckpt["loader"]["epoch"]
+
+
+def open_keys_out(folder: Path | None, rank: int):
+    """``folder/rank<R>.jsonl``, appended to (the tests' record of each step's keys), or None."""
+    if folder is None:
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    return (folder / f"rank{rank}.jsonl").open("a")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--shards", required=True, help="interleaved shards (a folder, index.json)")
@@ -140,21 +161,8 @@ def main() -> None:
 
     step, start_epoch = 0, 0
     if args.resume and args.checkpoint and (args.checkpoint / "latest.json").exists():
-        latest = json.loads((args.checkpoint / "latest.json").read_text())
-        src = rank % latest["world_size"]  # any old rank's loader state: they share a history
-        ckpt = torch.load(
-            args.checkpoint / f"step{latest['step']}-rank{src}.pt", weights_only=False
-        )
-        model.module.load_state_dict(ckpt["model"])
-        opt.load_state_dict(ckpt["optimizer"])
-        loader.load_state_dict(ckpt["loader"])  # another world size: re-planned exactly
-        step, start_epoch = ckpt["step"], ckpt["loader"]["epoch"]
-        if rank == 0:
-            print(f"resumed at step {step} of a {latest['world_size']}-rank run", flush=True)
-    keys_out = None
-    if args.keys_out is not None:
-        args.keys_out.mkdir(parents=True, exist_ok=True)
-        keys_out = (args.keys_out / f"rank{rank}.jsonl").open("a")
+        step, start_epoch = load_checkpoint(args.checkpoint, model, opt, loader, rank)
+    keys_out = open_keys_out(args.keys_out, rank)
 
     for epoch in range(start_epoch, args.epochs):
         loader.set_epoch(epoch)  # after a resume: the rest of the checkpoint's epoch

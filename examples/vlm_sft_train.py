@@ -49,7 +49,7 @@ from loaders import (
 from loaders.families import Llava, Qwen2VL
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the stand-in model beside this file
-from vlm_packed_train import TinyVLM, save_checkpoint
+from vlm_packed_train import TinyVLM, load_checkpoint, open_keys_out, save_checkpoint
 
 
 def sft_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -142,21 +142,8 @@ def main() -> None:
 
     step, start_epoch = 0, 0
     if args.resume and args.checkpoint and (args.checkpoint / "latest.json").exists():
-        latest = json.loads((args.checkpoint / "latest.json").read_text())
-        src = rank % latest["world_size"]  # any old rank's loader state: they share a history
-        ckpt = torch.load(
-            args.checkpoint / f"step{latest['step']}-rank{src}.pt", weights_only=False
-        )
-        model.module.load_state_dict(ckpt["model"])
-        opt.load_state_dict(ckpt["optimizer"])
-        loader.load_state_dict(ckpt["loader"])  # another world size: re-planned exactly
-        step, start_epoch = ckpt["step"], ckpt["loader"]["epoch"]
-        if rank == 0:
-            print(f"resumed at step {step} of a {latest['world_size']}-rank run", flush=True)
-    keys_out = None
-    if args.keys_out is not None:
-        args.keys_out.mkdir(parents=True, exist_ok=True)
-        keys_out = (args.keys_out / f"rank{rank}.jsonl").open("a")
+        step, start_epoch = load_checkpoint(args.checkpoint, model, opt, loader, rank)
+    keys_out = open_keys_out(args.keys_out, rank)
 
     for epoch in range(start_epoch, args.epochs):
         loader.set_epoch(epoch)
