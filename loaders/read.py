@@ -33,7 +33,7 @@ from loaders.plan import (
     shuffle_blocks,
     take_items,
 )
-from loaders.plan.interleave import sources_in_order
+from loaders.plan.even_merge import sources_in_order
 from loaders.source import DatasetIndex, ShardAccess
 from loaders.split_reads import OpenedSlice, SliceOpener, pieces
 from wdstool.base import counters

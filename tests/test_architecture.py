@@ -1,5 +1,6 @@
 """The layering is enforced, not described: import-linter's contracts (pyproject.toml) hold, an
-upward import breaks them with the contract's name, and modules stay small enough to read."""
+upward import breaks them with the contract's name, modules stay small enough to read, each
+module's name is its own within its package tree, and the plan's functions take few values."""
 
 from __future__ import annotations
 
@@ -83,6 +84,54 @@ def test_modules_fit_in_a_head() -> None:
             if n > MAX_LINES:
                 too_long[str(path.relative_to(ROOT))] = n
     assert not too_long, f"split these by idea: {too_long}"
+
+
+PACKAGE_FILES = {"__init__.py", "__main__.py"}
+
+
+def repeated_module_names(package: Path) -> dict[str, list[str]]:
+    """Module file names used more than once inside ``package``'s tree (a package's own
+    ``__init__``/``__main__`` aside), each with where."""
+    where: dict[str, list[str]] = {}
+    for path in sorted(package.rglob("*.py")):
+        if path.name not in PACKAGE_FILES:
+            where.setdefault(path.name, []).append(str(path.relative_to(package.parent)))
+    return {name: paths for name, paths in where.items() if len(paths) > 1}
+
+
+def test_no_two_modules_of_a_package_tree_share_a_name() -> None:
+    """A name says what a module holds: three ``spec.py`` in ``loaders/`` (the plan's, the
+    clips', the interleaved output's) say it of none, and a traceback or a search names the
+    wrong one."""
+    repeated = {k: v for pkg in PACKAGES for k, v in repeated_module_names(ROOT / pkg).items()}
+    assert not repeated, f"name each for what it holds: {repeated}"
+
+
+def test_a_repeated_module_name_is_found(tmp_path: Path) -> None:
+    for rel in ("pkg/a/spec.py", "pkg/b/c/spec.py", "pkg/a/__init__.py", "pkg/b/__init__.py",
+                "pkg/a/one.py", "pkg/b/two.py"):  # fmt: skip
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("")
+    assert repeated_module_names(tmp_path / "pkg") == {
+        "spec.py": ["pkg/a/spec.py", "pkg/b/c/spec.py"]
+    }
+
+
+MAX_PLAN_PARAMETERS = 5
+
+
+def test_the_plan_s_functions_take_at_most_five_parameters() -> None:
+    """The plan is pure functions of a few grouped values (``EpochSpec``, ``Topology``,
+    ``PackSpec``, ``PackedData``): a sixth parameter is a setting that belongs in one of them."""
+    wide = []
+    for path in sorted((ROOT / "loaders" / "plan").glob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
+                a = node.args
+                n = len(a.posonlyargs + a.args + a.kwonlyargs) + bool(a.vararg) + bool(a.kwarg)
+                if n > MAX_PLAN_PARAMETERS:
+                    wide.append(f"{path.relative_to(ROOT)}: {node.name} takes {n}")
+    assert not wide, f"group their settings: {wide}"
 
 
 def _module_name(path: Path) -> str:

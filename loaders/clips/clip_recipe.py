@@ -19,9 +19,9 @@ from typing import Any, NamedTuple
 
 import torch
 
-from loaders.clips.members import media_part, video_facts
+from loaders.clips.clip_options import Clips, Short
 from loaders.clips.sampling import draw_clip
-from loaders.clips.spec import Clips, Short
+from loaders.clips.video_members import media_part, video_facts
 from loaders.recipe import Head, Recipe, Seeder
 from loaders.recipe.region_decode import apply_frames
 from wdstool.base import counters

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from loaders.clips.spec import Clips
+from loaders.clips.clip_options import Clips
 from loaders.schema import Pad
 from wdstool.base.errors import ConfigError
 

@@ -12,7 +12,7 @@ import math
 import random
 from typing import NamedTuple
 
-from loaders.clips.spec import Clips, Sampling, Short
+from loaders.clips.clip_options import Clips, Sampling, Short
 
 
 class ClipDraw(NamedTuple):

@@ -4,8 +4,8 @@ text are found among its members (``members``), and the native-resolution rule
 (``native``: :class:`NativeResolution`). The kind that batches them is
 ``loaders.kinds.interleaved``."""
 
-from loaders.interleaved.members import Segment, sample_segments
 from loaders.interleaved.native import NativeResolution
-from loaders.interleaved.spec import Interleaved, Packing
+from loaders.interleaved.output import Interleaved, Packing
+from loaders.interleaved.sample_parts import Segment, sample_segments
 
 __all__ = ["Interleaved", "NativeResolution", "Packing", "Segment", "sample_segments"]

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from loaders.interleaved.members import sample_content, without_images_from
-from loaders.interleaved.spec import Interleaved
+from loaders.interleaved.output import Interleaved
+from loaders.interleaved.sample_parts import sample_content, without_images_from
 from loaders.plan import Slice
 from loaders.read import SourceReader, read_slices
 from loaders.source_table import cache_folder

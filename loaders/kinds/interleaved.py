@@ -17,7 +17,7 @@ import torch
 from loaders.config import LoaderConfig
 from loaders.delivery import BatchMeta, Slot
 from loaders.interleaved import Interleaved
-from loaders.interleaved.members import (
+from loaders.interleaved.sample_parts import (
     IGNORE,
     sample_content,
     segments_of,

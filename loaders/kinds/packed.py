@@ -1,6 +1,6 @@
 """Interleaved samples packed to a token budget (``Interleaved(packing=Packing(length=L))``):
 each batch is ``batch_size`` sequences of at most L tokens, planned exactly before the epoch
-(``loaders.plan.packed``, from every sample's length: ``loaders.interleaved.lengths``), so the
+(``loaders.plan.packed_epoch``, from every sample's length: ``loaders.interleaved.lengths``), so the
 sequences are the same for any number of workers, every rank takes the same number of steps,
 and a resume, on the same or another topology, continues exactly (docs/design/packing.md).
 
@@ -31,11 +31,11 @@ from loaders.config import LoaderConfig
 from loaders.delivery import BatchMeta, Slot
 from loaders.interleaved import Interleaved, Packing
 from loaders.interleaved.lengths import sample_lengths
-from loaders.interleaved.members import IGNORE
+from loaders.interleaved.sample_parts import IGNORE
 from loaders.kinds.base import NextSample
 from loaders.kinds.interleaved import InterleavedKind, flat_images
 from loaders.plan import Mixture, Slice
-from loaders.plan.packed import (
+from loaders.plan.packed_epoch import (
     PackedData,
     PackSpec,
     plan_packed,

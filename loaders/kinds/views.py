@@ -11,7 +11,7 @@ from loaders.kinds.base import image_part
 from loaders.kinds.pixels import PixelKind
 from loaders.read import Located
 from loaders.recipe import Seeder
-from loaders.recipe.views import run_views
+from loaders.recipe.multi_crop import run_views
 
 
 class ViewsKind(PixelKind):

@@ -18,12 +18,12 @@ from loaders.plan.epoch import (
     plan_epoch,
     samples_per_rank,
 )
+from loaders.plan.epoch_spec import EpochSpec, Topology, Uneven, as_enum, as_uneven, k_of
 from loaders.plan.items import Item, Mix, Piece, Slice, take_items
 from loaders.plan.mixture import MixSource, Mixture, apportion
 from loaders.plan.packing import Packing, Span, pack_sequences
 from loaders.plan.resume import Segment, plan_resumed, remaining_items
 from loaders.plan.shuffle import block_permutation, block_seed, first_block, shuffle_blocks
-from loaders.plan.spec import EpochSpec, Topology, Uneven, as_enum, as_uneven, k_of
 
 __all__ = [
     "EpochItems",

@@ -18,10 +18,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from loaders.plan.epoch_spec import EpochSpec, Topology, Uneven, as_uneven, k_of
 from loaders.plan.items import Item, Mix, Slice, as_pad, merge_slices, take_items
 from loaders.plan.mixture import MixSource, Mixture, SourceEpoch
 from loaders.plan.shuffle import worker_seed
-from loaders.plan.spec import EpochSpec, Topology, Uneven, as_uneven, k_of
 from wdstool.base.errors import ConfigError
 
 

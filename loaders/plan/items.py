@@ -2,7 +2,7 @@
 
 - :class:`Slice`: consecutive samples of one shard of one source.
 - :class:`Mix`: a stretch of several sources' item lists interleaved evenly
-  (:mod:`loaders.plan.interleave`): how a rank's and a worker's share of a mixture is read.
+  (:mod:`loaders.plan.even_merge`): how a rank's and a worker's share of a mixture is read.
 - :class:`Piece`: what is left of a shuffle block a worker had partly delivered when a resumed
   epoch's state was saved.
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from loaders.plan.interleave import counts_before
+from loaders.plan.even_merge import counts_before
 from loaders.plan.shuffle import block_permutation
 
 

@@ -1,11 +1,11 @@
-"""What a packed plan is made of (:mod:`loaders.plan.packed` makes it): a :class:`PackSpec`
+"""What a packed plan is made of (:mod:`loaders.plan.packed_epoch` makes it): a :class:`PackSpec`
 (how batches are packed), and a rank's :class:`PackedRankPlan`: its windows
 (:class:`PackedWindow`) of batches, then padding batches, dealt to its workers a batch at a
 time (:func:`deal`).
 
 A batch is ``rows`` rows; a row is a tuple of entries (unit id, token offset, token count),
 at most ``capacity`` tokens in all (a unit is one reading of a sample this epoch:
-``rep * samples + sample id``, :func:`loaders.plan.packed.unit_id`; a sample's first reading is
+``rep * samples + sample id``, :func:`loaders.plan.packed_epoch.unit_id`; a sample's first reading is
 its sample id); ``()`` is an empty row: no tokens, all of it padding, to be
 masked. A padding batch (:func:`empty_batch`) is ``rows`` empty rows.
 """
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from loaders.plan.epoch import round_robin
+from loaders.plan.epoch_spec import as_enum, k_of
 from loaders.plan.packing import Fit, Overflow
-from loaders.plan.spec import as_enum, k_of
 from wdstool.base.errors import ConfigError
 
 Entry = tuple[int, int, int]  # (unit id, token offset, token count)

@@ -1,6 +1,6 @@
 """What the packed plan packs: units (one reading of a sample, or what is left of it in a
 resumed epoch) and every rank's share of a fresh epoch as a stream of them
-(:mod:`loaders.plan.packed`)."""
+(:mod:`loaders.plan.packed_epoch`)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 
 from loaders.plan.epoch import EpochItems
-from loaders.plan.interleave import sources_in_order
+from loaders.plan.epoch_spec import EpochSpec, Topology, Uneven
+from loaders.plan.even_merge import sources_in_order
 from loaders.plan.items import Item, Mix, Slice
 from loaders.plan.mixture import Mixture
-from loaders.plan.spec import EpochSpec, Topology, Uneven
 from wdstool.base.errors import ConfigError
 
 

@@ -45,7 +45,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from loaders.plan.spec import as_enum
+from loaders.plan.epoch_spec import as_enum
 from wdstool.base.errors import ConfigError
 
 

@@ -21,10 +21,10 @@ from loaders.plan.epoch import (
     rank_plan,
     rank_span,
 )
+from loaders.plan.epoch_spec import EpochSpec, Topology
 from loaders.plan.items import Item, Piece, take_items
 from loaders.plan.mixture import Mixture
 from loaders.plan.shuffle import block_seed, first_block, shuffle_blocks
-from loaders.plan.spec import EpochSpec, Topology
 from wdstool.base.errors import ConfigError
 
 

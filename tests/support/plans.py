@@ -20,7 +20,7 @@ from loaders.plan import (
     plan_epoch,
     plan_resumed,
 )
-from loaders.plan.interleave import sources_in_order
+from loaders.plan.even_merge import sources_in_order
 
 Sample = tuple[int, int, int]  # (source, shard, index in shard)
 

@@ -1,4 +1,4 @@
-"""The exact plan of packed batches (``loaders.plan.packed``), without I/O: samples are global
+"""The exact plan of packed batches (``loaders.plan.packed_epoch``), without I/O: samples are global
 ids, a batch is its rows of (id, token offset, token count) entries; what a rank delivers is its
 workers' batches in the plan's DataLoader order."""
 
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loaders.plan import EpochSpec, MixSource, Mixture, Segment, Topology
-from loaders.plan.packed import (
+from loaders.plan.packed_epoch import (
     PackedData,
     PackedRankPlan,
     PackSpec,

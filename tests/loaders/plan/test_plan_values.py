@@ -17,6 +17,7 @@ from loaders.plan.epoch import (
     rank_span,
     samples_per_rank,
 )
+from loaders.plan.epoch_spec import EpochSpec, Topology
 from loaders.plan.items import Piece, Slice, as_pad, merge_slices, take_items
 from loaders.plan.shuffle import (
     block_permutation,
@@ -25,7 +26,6 @@ from loaders.plan.shuffle import (
     shuffle_blocks,
     worker_seed,
 )
-from loaders.plan.spec import EpochSpec, Topology
 from wdstool.base.errors import ConfigError
 
 

@@ -11,8 +11,8 @@ import torch
 from torchvision.transforms import v2
 
 from loaders import linear_ramp, make_loader, per_size
+from loaders.recipe.multi_crop import partial_cost
 from loaders.recipe.schedule import SizeSchedule
-from loaders.recipe.views import partial_cost
 from wdstool.base.errors import ConfigError
 
 pytestmark = pytest.mark.slow

@@ -43,6 +43,7 @@ from functools import cached_property
 import numpy as np
 
 from loaders.plan.epoch import PlanData, as_mixture
+from loaders.plan.epoch_spec import EpochSpec, Topology
 from loaders.plan.mixture import Mixture
 from loaders.plan.packed_batches import (
     Batch,
@@ -67,7 +68,6 @@ from loaders.plan.packed_units import (
 from loaders.plan.packing import Fit, pack_sequences
 from loaders.plan.resume import Segment
 from loaders.plan.shuffle import block_permutation
-from loaders.plan.spec import EpochSpec, Topology
 from wdstool.base.errors import ConfigError
 
 
