@@ -24,10 +24,12 @@ from loaders.plan import (
     Mixture,
     RankPlan,
     Segment,
+    Split,
     Topology,
     num_batches,
     plan_epoch,
     plan_resumed,
+    shard_slack,
 )
 from loaders.pool import BufferPool, SharedPool
 from loaders.read import SourceReader, shard_reader, worker_stream
@@ -116,12 +118,19 @@ class ShardStreamDataset(IterableDataset):
         self.resume: Resume | None = None
         self._resumed_plan: tuple[Resume, RankPlan] | None = None
         spec = config.epoch
+        whole = spec.split is Split.SHARDS
+        if whole and self._packs:
+            raise ConfigError(
+                "split='shards' cuts ranks' shares between shards; packed sequences are "
+                "planned by token counts: use split='samples'"
+            )
         self._len = num_batches(
             self.mixture.total,
             world_size=topology.world_size,
             batch_size=spec.batch_size,
             uneven=spec.uneven,
             drop_last=spec.drop_last,
+            slack=shard_slack(self.mixture) if whole else 0,
         )
 
     def ensure_pool(self) -> None:

@@ -17,13 +17,14 @@ from loaders.plan.epoch import (
     num_batches,
     plan_epoch,
     samples_per_rank,
+    shard_slack,
 )
 from loaders.plan.items import Item, Mix, Piece, Slice, take_items
 from loaders.plan.mixture import MixSource, Mixture, apportion
 from loaders.plan.packing import Packing, Span, pack_sequences
 from loaders.plan.resume import Segment, plan_resumed, remaining_items
 from loaders.plan.shuffle import block_permutation, block_seed, first_block, shuffle_blocks
-from loaders.plan.spec import EpochSpec, Topology, Uneven, as_enum, as_uneven, k_of
+from loaders.plan.spec import EpochSpec, Split, Topology, Uneven, as_enum, as_uneven, k_of
 
 __all__ = [
     "EpochItems",
@@ -39,6 +40,7 @@ __all__ = [
     "Segment",
     "Slice",
     "Span",
+    "Split",
     "Topology",
     "Uneven",
     "WorkerPlan",
@@ -55,6 +57,7 @@ __all__ = [
     "plan_resumed",
     "remaining_items",
     "samples_per_rank",
+    "shard_slack",
     "shuffle_blocks",
     "take_items",
 ]
