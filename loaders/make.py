@@ -134,7 +134,7 @@ def make_loader(
         split: where ranks' shares are cut: ``"samples"`` (anywhere: a shard may be read by
             two ranks) or ``"shards"`` (whole shards per rank, every rank padded to the same
             count by ``uneven``: for shards on a store without sample offsets, such as
-            someone else's counted from side files; docs/guides/web.md).
+            someone else's counted from side files; docs/guides/foreign-at-scale.md).
 
     Recipe and output:
         transform: the recipe: a torchvision v2 or v1 pipeline, timm's or albumentations',

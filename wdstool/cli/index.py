@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from wdstool.base.errors import ConfigError
+from wdstool.base.params import format_size
 from wdstool.cli.common import emit_json, progress_enabled, storage_options_from_cli
 from wdstool.cli.defaults import library_option
 
@@ -261,10 +262,10 @@ def _folder(
         f"{summary['num_samples']:,} samples ({by['side_files']:,} counted from img2dataset's "
         f"side files, {by['headers']:,} by their tar headers; {summary['checked']:,} tars "
         f"checked against their side files) in {summary['seconds']:.1f} s, "
-        f"{summary['requests']:,} requests, {summary['bytes_read'] / 1e6:,.1f} MB read"
+        f"{summary['requests']:,} requests and {format_size(summary['bytes_read'])} read on the store"
     )
     for name, size in summary["files"].items():
-        click.echo(f"  {name}: {size / 1e6:,.1f} MB")
+        click.echo(f"  {name}: {format_size(size)}")
 
 
 def _timm(
