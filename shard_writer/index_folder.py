@@ -183,9 +183,11 @@ def write_index_folder(
         os.makedirs(dest.root, exist_ok=True)
     else:
         dest.ensure()
-    entries = _entries(urls, counts)
-    manifest = Manifest(
-        shards=tuple(entries), fingerprint=_fingerprint(entries), name=_name(sources[0])
+    manifest = index_manifest(
+        urls,
+        np.concatenate([c.nsamples for c in counts]).tolist(),
+        np.concatenate([c.filesize for c in counts]).tolist(),
+        _name(sources[0]),
     )
     manifest = _write_offsets(dest, manifest, batches, counts, work)
     side = side_bytes(manifest)
@@ -199,9 +201,9 @@ def write_index_folder(
     names = [MANIFEST_NAME, SIDE_NAME, OFFSETS_NAME]
     return {
         "index": dest.display(MANIFEST_NAME),
-        "num_shards": len(entries),
+        "num_shards": len(manifest.shards),
         "num_samples": manifest.num_samples,
-        "counted_by": {"side_files": sides, "headers": len(entries) - sides},
+        "counted_by": {"side_files": sides, "headers": len(manifest.shards) - sides},
         "checked": sum(c.checked for c in counts),
         "batches": {"kept": kept, "counted": len(batches) - kept},
         "requests": sum(c.requests for c in counts),
@@ -211,17 +213,18 @@ def write_index_folder(
     }
 
 
-def _entries(urls: list[str], counts: list[BatchCount]) -> list[ShardEntry]:
-    n = np.concatenate([c.nsamples for c in counts]).tolist()
-    sizes = np.concatenate([c.filesize for c in counts]).tolist()
-    return [ShardEntry(u, k, s, "") for u, k, s in zip(urls, n, sizes, strict=True)]
-
-
-def _fingerprint(entries: list[ShardEntry]) -> str:
+def index_manifest(
+    urls: Sequence[str], nsamples: Sequence[int], filesizes: Sequence[int], name: str
+) -> Manifest:
+    """The manifest of an index of someone else's shards (before its offsets file): URLs as
+    given, their counts and sizes, no checksum, a fingerprint of all three."""
+    entries = tuple(
+        ShardEntry(u, k, s, "") for u, k, s in zip(urls, nsamples, filesizes, strict=True)
+    )
     h = hashlib.sha256(b"wdstool index\n")
     for e in entries:
         h.update(f"{e.url}\0{e.nsamples}\0{e.filesize}\n".encode())
-    return h.hexdigest()
+    return Manifest(shards=entries, fingerprint=h.hexdigest(), name=name)
 
 
 def _name(source: str) -> str:
@@ -277,4 +280,4 @@ def _clear(work: Path) -> None:
         work.rmdir()
 
 
-__all__ = ["BATCH", "IndexOptions", "write_index_folder"]
+__all__ = ["BATCH", "IndexOptions", "index_manifest", "write_index_folder"]

@@ -127,6 +127,40 @@ def joined(rows_: np.ndarray, lengths: np.ndarray) -> bytes:
     return raw[np.arange(raw.shape[1]) < lengths[:, None]].tobytes()
 
 
+def rows_text(w: np.ndarray, parts: list[bytes | tuple[np.ndarray, np.ndarray]]) -> bytes:
+    """Row after row, ``parts`` one after another: literal bytes, or each row's bytes
+    ``[start, end)`` of the buffer (what a manifest's digests hash, made from the manifest's
+    own text: no int written anew). Fields of one width in every row: columns side by side
+    (a copy); else the padding is masked out."""
+    n = next(len(p[0]) for p in parts if not isinstance(p, bytes))
+    blocks: list[np.ndarray] = []
+    masks: list[np.ndarray | None] = []
+    for p in parts:
+        if isinstance(p, bytes):
+            blocks.append(np.broadcast_to(np.frombuffer(p, np.uint8), (n, len(p))))
+            masks.append(None)
+            continue
+        start, end = p
+        lengths = end - start
+        width = int(lengths.max(initial=0))
+        k = -(-width // 8)
+        raw = rows(w, start, k).view(np.uint8).reshape(n, 8 * k)[:, :width] if k else None
+        blocks.append(raw if raw is not None else np.zeros((n, 0), np.uint8))
+        uneven = lengths.min(initial=width) < width
+        masks.append(np.arange(width) < lengths[:, None] if uneven else None)
+    matrix = np.concatenate(blocks, axis=1)
+    if all(m is None for m in masks):
+        return matrix.tobytes()
+    mask = np.concatenate(
+        [
+            m if m is not None else np.ones(b.shape, bool)
+            for b, m in zip(blocks, masks, strict=True)
+        ],
+        axis=1,
+    )
+    return matrix[mask].tobytes()
+
+
 def row_hash(rows: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """A 64-bit hash of each row of :func:`texts` and its length (to find a name twice)."""
     h = lengths.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
@@ -144,6 +178,7 @@ __all__ = [
     "joined",
     "row_hash",
     "rows",
+    "rows_text",
     "same",
     "texts",
     "words",

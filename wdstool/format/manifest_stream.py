@@ -26,15 +26,27 @@ table's arrays and a piece in memory (``bench/results/scale.md``).
 
 from __future__ import annotations
 
+import hashlib
 import json
-import re
+import os
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
 from wdstool.format import byte_words as bw
 from wdstool.format.manifest import manifest_from_json
+from wdstool.format.manifest_template import (
+    FIELDS,
+    LIST_END,
+    NUMBER_END,
+    NotTemplate,
+    Template,
+    shardlist_at,
+    skip_ws,
+)
 from wdstool.format.sample_offsets import OffsetsFile
 from wdstool.format.shard_table import ShardTable
 from wdstool.format.table_digest import identity_digest, offsets_digest
@@ -42,18 +54,9 @@ from wdstool.format.versions import parse_versions
 
 CHUNK = 8 << 20
 HEAD_LIMIT = 16 << 20  # the top level before "shardlist" (ours: ~300 bytes)
+THREADS = min(4, os.cpu_count() or 1)  # pieces checked at once
 _FRONT, _PAD = bytes(bw.FRONT), bytes(bw.PAD)
-_WS = b" \t\n\r"
-_NUMBER_GAP = re.compile(rb"([ \t\n\r]*:[ \t\n\r]*)(-?[0-9]+)([\s\S]*)")
-_KEY_GAP = re.compile(rb"[ \t\n\r]*:[ \t\n\r]*")
-_LIST_END = re.compile(rb"[ \t\n\r]*\}[ \t\n\r]*\]")
-_NUMBER_END = re.compile(rb"-?[0-9]+(?=[ \t\n\r]*\}[ \t\n\r]*\])")
-_FIELDS = {"url": str, "nsamples": int, "filesize": int, "sha256": str}
 Read = Callable[[int], bytes]
-
-
-class _NotTemplate(Exception):
-    """The manifest is not one this module reads: parse it the ordinary way."""
 
 
 def stream_table(read: Read, where: str) -> ShardTable | None:
@@ -63,98 +66,8 @@ def stream_table(read: Read, where: str) -> ShardTable | None:
     the ShardError the ordinary parse raises."""
     try:
         return _Stream(read, where).table()
-    except _NotTemplate:
+    except NotTemplate:
         return None
-
-
-def _skip_ws(text: str, i: int) -> int:
-    while i < len(text) and text[i] in " \t\n\r":
-        i += 1
-    return i
-
-
-def _shardlist_at(data: bytes) -> tuple[int, dict[str, Any]] | None:
-    """Where ``data``'s top-level ``"shardlist": [`` opens (the offset past ``[``) and the
-    values before it; None where ``data`` ends first. _NotTemplate where there is none."""
-    text = data.decode("latin-1")  # one char a byte: offsets are byte offsets
-    dec = json.JSONDecoder()
-    seen: dict[str, Any] = {}
-    try:  # text[i] past the end (IndexError) or a value cut short (ValueError): read more
-        i = _skip_ws(text, 0)
-        if text[i] != "{":
-            raise _NotTemplate
-        i += 1
-        while True:
-            i = _skip_ws(text, i)
-            key, i = dec.raw_decode(text, i)
-            i = _skip_ws(text, i)
-            if not isinstance(key, str) or text[i] != ":":
-                raise _NotTemplate
-            i = _skip_ws(text, i + 1)
-            if key == "shardlist":
-                if text[i] != "[":
-                    raise _NotTemplate
-                return i + 1, seen
-            seen[key], i = dec.raw_decode(text, i)
-            i = _skip_ws(text, i)
-            if text[i] != ",":
-                raise _NotTemplate  # the object ends without a shard list
-            i += 1
-    except (ValueError, IndexError):
-        return None  # cut short: the caller reads more, or gives up at its end
-
-
-class _Template:
-    """The first entry's bytes as fixed runs (keys, quotes, separators) between variables (a
-    string value's characters, a number's digits). Run ``r`` is found in every entry by its
-    first quote: quote ``anchors[r][0]`` of the entry, ``anchors[r][1]`` bytes into the run."""
-
-    def __init__(self, entry: bytes, obj: Any) -> None:
-        if (
-            not isinstance(obj, dict)
-            or set(obj) - set(_FIELDS)
-            or not {"url", "nsamples"} <= set(obj)
-        ):
-            raise _NotTemplate
-        if any(type(v) is not _FIELDS[k] for k, v in obj.items()):
-            raise _NotTemplate
-        quotes = [i for i, c in enumerate(entry) if c == 34]
-        self.quotes = len(quotes)
-        self.runs: list[bytes] = []
-        self.fields: list[str] = []  # the variable after each run but the last
-        cut = qi = 0
-        while qi + 1 < len(quotes):
-            key = entry[quotes[qi] + 1 : quotes[qi + 1]].decode("latin-1")
-            if key not in obj or key in self.fields:
-                raise _NotTemplate
-            after = quotes[qi + 1] + 1
-            if type(obj[key]) is str and qi + 3 < len(quotes):
-                if not _KEY_GAP.fullmatch(entry[after : quotes[qi + 2]]):
-                    raise _NotTemplate
-                self.runs.append(entry[cut : quotes[qi + 2] + 1])
-                cut, qi = quotes[qi + 3], qi + 4
-            else:
-                number = _NUMBER_GAP.fullmatch(
-                    entry[after : quotes[qi + 2] if qi + 2 < len(quotes) else len(entry)]
-                )
-                if number is None:
-                    raise _NotTemplate
-                start = after + len(number.group(1))
-                self.runs.append(entry[cut:start])
-                cut, qi = start + len(number.group(2)), qi + 2
-            self.fields.append(key)
-        self.runs.append(entry[cut:])
-        if qi != len(quotes) or len(self.fields) != len(obj):
-            raise _NotTemplate
-        # the last run has a quote where the entry ends in a string (its closing quote), none
-        # where it ends in a number: then it is found by its end, the next entry's first quote
-        self.anchors: list[tuple[int, int] | None] = []
-        seen = 0
-        for r, run in enumerate(self.runs):
-            if b'"' not in run and r + 1 < len(self.runs):
-                raise _NotTemplate
-            self.anchors.append((seen, run.index(b'"')) if b'"' in run else None)
-            seen += run.count(b'"')
 
 
 class _Columns:
@@ -188,7 +101,7 @@ class _Columns:
         else:
             a, b = self.filled, self.filled + rows
             if b > self.count:
-                raise _NotTemplate  # more entries than num_shards says: the ordinary parse
+                raise NotTemplate  # more entries than num_shards says: the ordinary parse
             self.n[a:b] = n
             if f is not None:
                 self.f[a:b] = f
@@ -200,13 +113,15 @@ class _Columns:
     def finish(self) -> dict[str, np.ndarray]:
         hashes = np.sort(np.concatenate(self.parts["h"]))
         if len(hashes) > 1 and bool(np.any(hashes[1:] == hashes[:-1])):
-            raise _NotTemplate  # a URL twice (or two hashes alike): the ordinary parse decides
+            raise NotTemplate  # a URL twice (or two hashes alike): the ordinary parse decides
         if self.count is None:
             cols = {k: np.concatenate(self.parts[k]) for k in ("n", "f", "s", "e")}
         elif self.filled != self.count:
-            raise _NotTemplate
+            raise NotTemplate
         else:
             cols = {"n": self.n, "f": self.f, "s": self.s, "e": self.e}
+        if self.sha_type == "S64" and not cols["s"].any():  # "" everywhere: as table_of keeps it
+            cols["s"] = np.zeros(len(cols["s"]), "S1")
         names = np.frombuffer(b"".join(self.names), dtype=np.uint8)
         self.names.clear()
         return {**cols, "names": names}
@@ -226,11 +141,18 @@ class _Stream:
         while found is None:
             more = self._more()
             if not more or len(data) > HEAD_LIMIT:
-                raise _NotTemplate
+                raise NotTemplate
             data += more
-            found = _shardlist_at(data)
+            found = shardlist_at(data)
         at, seen = found
         head, rest = data[:at], data[at:]
+        # the digests a table needs, made from each piece's text in its thread where the top
+        # level says before the list (ours does) that they are needed; else from the table
+        self.digests: dict[str, Any] = {}
+        if "sample_offsets" in seen:
+            self.digests["offsets"] = hashlib.sha256()
+        if not seen.get("fingerprint"):
+            self.digests["identity"] = hashlib.sha256()
         count = seen.get("num_shards")
         rest = self._first_entry(rest)
         cols = _Columns(count if type(count) is int and count >= 0 else None, self._sha)
@@ -242,56 +164,74 @@ class _Stream:
         ``rest`` from the first entry's first string on."""
         while True:
             text = rest.decode("latin-1")
-            i = _skip_ws(text, 0)
+            i = skip_ws(text, 0)
             try:
                 if text[i] != "{":
-                    raise _NotTemplate  # an empty list, or not a list of objects
+                    raise NotTemplate  # an empty list, or not a list of objects
                 obj, end = json.JSONDecoder().raw_decode(text, i)
-                j = _skip_ws(text, end)
+                j = skip_ws(text, end)
                 if text[j] != ",":
-                    raise _NotTemplate  # one entry: no manifest this module is for
-                j = _skip_ws(text, j + 1)
-                k = _skip_ws(text, j + 1)
+                    raise NotTemplate  # one entry: no manifest this module is for
+                j = skip_ws(text, j + 1)
+                k = skip_ws(text, j + 1)
                 if text[j] != "{" or text[k] != '"':
-                    raise _NotTemplate
+                    raise NotTemplate
                 break
             except (ValueError, IndexError):
                 more = self._more()
                 if not more or len(rest) > HEAD_LIMIT:
-                    raise _NotTemplate from None
+                    raise NotTemplate from None
                 rest += more
         first = rest.index(b'"', i)
-        self.tpl = _Template(rest[first:k], obj)
+        self.tpl = Template(rest[first:k], obj)
         self._sha = "sha256" in self.tpl.fields
         return rest[first:]
 
     def _entries(self, carry: bytes, cols: _Columns) -> bytes:
-        """Read entries into ``cols`` until the list ends; the bytes after its ``]``."""
-        q = self.tpl.quotes
-        while True:
-            more = self._more()
-            buf = np.frombuffer(b"".join((_FRONT, carry, more, _PAD)), dtype=np.uint8)
-            body = buf[bw.FRONT : len(buf) - bw.PAD]
-            if bool((body == 92).any()):
-                raise _NotTemplate  # an escape: quotes no longer delimit strings alone
-            qs = np.flatnonzero(body == 34) + bw.FRONT
-            ends = len(body) + bw.FRONT
-            starts = qs[::q] if not self.eof else np.append(qs[::q], ends)
-            n = min(len(qs) // q, len(starts) - 1)
-            grid = qs[: q * n].reshape(n, q)
-            end = self._piece(buf, grid, starts[1 : n + 1], cols)
-            if end is not None:
-                return bytes(buf[end : len(buf) - bw.PAD]) + b"".join(iter(self._more, b""))
-            if self.eof:
-                raise _NotTemplate  # the list never ends: the ordinary parse says why
-            carry = bytes(body[int(starts[n]) - bw.FRONT :]) if n < len(starts) else bytes(body)
+        """Read entries into ``cols`` until the list ends; the bytes after its ``]``. The
+        stream is cut into pieces where an entry ends (the template's last run, looked for
+        from the end: outside a string only an entry's end holds its quote and brackets), each
+        piece checked and read in a thread (numpy lets go of the GIL), its rows added in order.
+        A cut after the list's end (the same bytes in what follows it) only gives a piece that
+        is not read: the list ends before it."""
+        sep = self.tpl.runs[-1]
+        jobs: deque[tuple[Future[tuple[int | None, Any]], bytes]] = deque()
+        with ThreadPoolExecutor(THREADS) as pool:
+            while True:
+                data = carry + self._more()
+                cut = len(data) if self.eof else data.rfind(sep) + len(sep)
+                if cut < len(sep):  # no entry ends in what came: read on
+                    carry = data
+                    continue
+                piece, carry = data[:cut], data[cut:]
+                jobs.append((pool.submit(self._piece, piece), piece))
+                while jobs and (len(jobs) > THREADS or self.eof):
+                    fut, done = jobs.popleft()
+                    end, values, texts = fut.result()
+                    first = cols.filled == 0  # the identity's "\n".join: none before row 0
+                    cols.add(*values)
+                    for name, text in texts.items():
+                        skip = name == "identity" and first and bool(text)
+                        self.digests[name].update(text[1:] if skip else text)
+                    if end is not None:  # the rest: this piece's, the later ones', the stream's
+                        later = b"".join(p for _, p in jobs)
+                        return done[end:] + later + carry + b"".join(iter(self._more, b""))
+                if self.eof:
+                    raise NotTemplate  # the list never ends: the ordinary parse says why
 
-    def _piece(
-        self, buf: np.ndarray, grid: np.ndarray, nxt: np.ndarray, cols: _Columns
-    ) -> int | None:
-        """Check and read the entries of one piece (``buf``: the piece, padded; ``grid``: each
-        entry's quotes; ``nxt``: where the next entry begins); where the list ends in it, the
-        offset in ``buf`` past its ``]``."""
+    def _piece(self, piece: bytes) -> tuple[int | None, Any, dict[str, bytes]]:
+        """Check and read the entries of one piece (from an entry's first quote to the next
+        entry's, or to the stream's end): where the list ends in it, the offset past its
+        ``]`` (None: it goes on), and its rows' values."""
+        buf = np.frombuffer(b"".join((_FRONT, piece, _PAD)), dtype=np.uint8)
+        body = buf[bw.FRONT : len(buf) - bw.PAD]
+        if bool((body == 92).any()):
+            raise NotTemplate  # an escape: quotes no longer delimit strings alone
+        q = self.tpl.quotes
+        qs = np.flatnonzero(body == 34) + bw.FRONT
+        starts = np.append(qs[::q], len(body) + bw.FRONT)
+        n = min(len(qs) // q, len(starts) - 1)
+        grid, nxt = qs[: q * n].reshape(n, q), starts[1 : n + 1]
         tpl, words = self.tpl, bw.words(buf)
         runs, last = tpl.runs, tpl.runs[-1]
         at = [grid[:, a[0]] - a[1] if a else nxt - len(last) for a in tpl.anchors]
@@ -307,57 +247,65 @@ class _Stream:
         end = None
         if good < len(grid):  # the list's last entry, or not the template
             if not ok[good]:
-                raise _NotTemplate
+                raise NotTemplate
             if tpl.anchors[-1] is None:  # it ends in a number: its digits, then "}" and "]"
-                digits = _NUMBER_END.match(buf.data, int(at[-2][good]) + len(runs[-2]))
+                digits = NUMBER_END.match(buf.data, int(at[-2][good]) + len(runs[-2]))
                 if digits is None:
-                    raise _NotTemplate
+                    raise NotTemplate
                 at[-1][good] = digits.end()
-            m = _LIST_END.match(buf.data, int(at[-1][good]) + (tpl.anchors[-1] is not None))
+            m = LIST_END.match(buf.data, int(at[-1][good]) + (tpl.anchors[-1] is not None))
             if m is None:
-                raise _NotTemplate
-            end, good = m.end(), good + 1
+                raise NotTemplate
+            end, good = m.end() - bw.FRONT, good + 1
         spans = [
             (a[:good] + len(run), b[:good])
             for a, b, run in zip(at[:-1], at[1:], tpl.runs[:-1], strict=True)
         ]
-        self._read_rows(words, spans, cols)
-        return end
+        return end, *self._read_rows(words, spans)
 
-    def _read_rows(
-        self, words: np.ndarray, spans: list[tuple[np.ndarray, np.ndarray]], cols: _Columns
-    ) -> None:
+    def _read_rows(self, words: np.ndarray, spans: list[tuple[np.ndarray, np.ndarray]]) -> Any:
         values: dict[str, Any] = {}
         for field, (start, end) in zip(self.tpl.fields, spans, strict=True):
-            if _FIELDS[field] is int:
+            if FIELDS[field] is int:
                 values[field] = bw.ints(words, start, end)
                 if values[field] is None:
-                    raise _NotTemplate
+                    raise NotTemplate
                 continue
             lengths = end - start
             width = 64 if field == "sha256" else int(lengths.max(initial=0))
             if lengths.max(initial=0) > width or lengths.min(initial=1) < (field == "url"):
-                raise _NotTemplate  # a checksum past 64 characters, an empty URL
+                raise NotTemplate  # a checksum past 64 characters, an empty URL
             rows = bw.texts(words, start, end, width)
             if rows is None:
-                raise _NotTemplate
+                raise NotTemplate
             if field == "sha256":
                 values[field] = rows.view("S64").reshape(len(rows))
             else:
                 values[field] = (lengths, bw.joined(rows, lengths), bw.row_hash(rows, lengths))
         n = values["nsamples"]
         if len(n) and n.min() < 0:
-            raise _NotTemplate
-        cols.add(n, values.get("filesize"), values.get("sha256"), values["url"])
+            raise NotTemplate
+        texts = {name: bw.rows_text(words, self._rows_of(name, spans)) for name in self.digests}
+        return (n, values.get("filesize"), values.get("sha256"), values["url"]), texts
+
+    def _rows_of(self, name: str, spans: list[tuple[np.ndarray, np.ndarray]]) -> list[Any]:
+        """What digest ``name`` hashes of each row: each field's text where the entries have
+        it (as the manifest writes it), its default where they do not."""
+        have = dict(zip(self.tpl.fields, spans, strict=True))
+        f, sha = have.get("filesize", b"-1"), have.get("sha256", b"")
+        url, n = have["url"], have["nsamples"]
+        if name == "offsets":  # shards_digest: f"{url}\0{nsamples}\0{filesize}\0{sha256}\n"
+            return [url, b"\0", n, b"\0", f, b"\0", sha, b"\n"]
+        return [b"\n", url, b"\0", n, b"\0", sha]  # "\n".join(f"{url}\0{n}\0{sha256}")
 
     def _with_facts(self, head: bytes, tail: bytes, cols: dict[str, np.ndarray]) -> ShardTable:
         """The table, with the manifest's facts checked as the ordinary parse checks them."""
         try:
             obj = json.loads(head + b"]" + tail)
         except (ValueError, UnicodeDecodeError):
-            raise _NotTemplate from None
+            raise NotTemplate from None
         if not isinstance(obj, dict) or obj.get("shardlist") != []:
-            raise _NotTemplate
+            raise NotTemplate
         offsets, versions = obj.pop("sample_offsets", None), obj.pop("versions", None)
         base = manifest_from_json(obj, self.where)
         rows = len(cols["n"])
@@ -370,14 +318,16 @@ class _Stream:
             meta={},
         )
         history = parse_versions(versions, rows, self.where)
+        done = {k: h.hexdigest() for k, h in self.digests.items()}
         meta: dict[str, Any] = {
             "classes": list(base.classes),
-            "identity": base.fingerprint or identity_digest(table),
+            "identity": base.fingerprint or done.get("identity") or identity_digest(table),
             "versions": [[v.identity, v.shards, v.samples] for v in history[:-1]],
         }
         if offsets is not None:
             total = int(cols["n"].sum())
-            of = OffsetsFile.from_json(offsets, total, self.where, offsets_digest(table))
+            digest = done["offsets"][:32] if "offsets" in done else offsets_digest(table)
+            of = OffsetsFile.from_json(offsets, total, self.where, digest)
             if of is not None:
                 meta["sample_offsets"] = of.to_json()
         table.meta.update(meta)
