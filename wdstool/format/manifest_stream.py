@@ -11,17 +11,19 @@ into the table's arrays (:class:`wdstool.format.shard_table.ShardTable`):
   :func:`wdstool.format.manifest.manifest_from_json` as always;
 - the first entry of the list is parsed by ``json`` and becomes a template: the exact bytes
   of its keys and of everything between its strings, where its numbers are;
-- every other entry is checked against the template with numpy over the whole piece at once:
-  its strings are found by their quotes (a piece with a backslash anywhere is not read this
-  way), its keys and separators compared as 8-byte words, its numbers' digits checked and
-  read, its URL and checksum copied out. Anything that is not the template (another key
+- every other entry is checked against the template with numpy over the whole piece at once
+  (:mod:`wdstool.format.entry_rows`): its strings are found by their quotes (a piece with a
+  backslash anywhere is not read this way), entries of one layout (the widths of their values)
+  become a byte matrix whose runs are compared with the template's, a word at a time, its
+  numbers' digits checked and read, its URL and checksum copied out; pieces are cut where an
+  entry ends and checked in threads. Anything that is not the template (another key
   order, a nested value, per-shard offsets or interleaved facts, a float, a leading zero, a
   duplicate URL, a non-ASCII name) makes :func:`stream_table` return None, and the manifest
   is parsed the ordinary way, with its ordinary errors.
 
 Every writer that prints its entries one way (ours: ``json.dumps(indent=1, sort_keys=True)``;
-wids', compact or indented) fits a template. Time: ~0.1 s a 100 MB besides reading it, the
-table's arrays and a piece in memory (``bench/results/scale.md``).
+wids', compact or indented) fits a template. Time at 10^6 shards (167 MB): ~0.5 s on 2 cores,
+in the memory of the table's arrays and a few pieces (``bench/results/scale.md``).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from wdstool.format import byte_words as bw
+from wdstool.format import entry_rows as er
 from wdstool.format.manifest import manifest_from_json
 from wdstool.format.manifest_template import (
     FIELDS,
@@ -55,7 +57,7 @@ from wdstool.format.versions import parse_versions
 CHUNK = 8 << 20
 HEAD_LIMIT = 16 << 20  # the top level before "shardlist" (ours: ~300 bytes)
 THREADS = min(4, os.cpu_count() or 1)  # pieces checked at once
-_FRONT, _PAD = bytes(bw.FRONT), bytes(bw.PAD)
+_PAD = bytes(4096)  # after a piece: a last entry read past the piece's end reads zeros
 Read = Callable[[int], bytes]
 
 
@@ -72,18 +74,18 @@ def stream_table(read: Read, where: str) -> ShardTable | None:
 
 class _Columns:
     """The table's arrays as pieces fill them (sized by the manifest's ``num_shards`` where
-    it says, so they are never copied to grow)."""
+    it says, so they are never copied to grow). Checksums take room only once one is not
+    empty (an index of someone else's shards has none: 64 MB saved at 10^6 shards)."""
 
-    def __init__(self, count: int | None, sha: bool) -> None:
+    def __init__(self, count: int | None) -> None:
         self.count = count
-        self.sha_type = "S64" if sha else "S1"
-        self.parts: dict[str, list[np.ndarray]] = {k: [] for k in ("n", "f", "s", "e", "h")}
+        self.parts: dict[str, list[Any]] = {k: [] for k in ("n", "f", "s", "e", "h")}
         self.names: list[bytes] = []
         self.filled = self.name_bytes = 0
+        self.s: np.ndarray | None = None
         if count is not None:
             self.n = np.empty(count, np.int64)
             self.f = np.full(count, -1, np.int64)
-            self.s = np.zeros(count, self.sha_type)
             self.e = np.empty(count, np.int64)
 
     def add(self, n: np.ndarray, f: np.ndarray | None, s: np.ndarray | None, names: Any) -> None:
@@ -93,10 +95,11 @@ class _Columns:
         self.name_bytes = int(ends[-1]) if rows else self.name_bytes
         self.names.append(data)
         self.parts["h"].append(hashes)
+        s = s if s is not None and bool(s.view(np.uint8).any()) else None
         if self.count is None:
             self.parts["n"].append(n)
             self.parts["f"].append(f if f is not None else np.full(rows, -1, np.int64))
-            self.parts["s"].append(s if s is not None else np.zeros(rows, self.sha_type))
+            self.parts["s"].append(s if s is not None else rows)
             self.parts["e"].append(ends)
         else:
             a, b = self.filled, self.filled + rows
@@ -106,6 +109,8 @@ class _Columns:
             if f is not None:
                 self.f[a:b] = f
             if s is not None:
+                if self.s is None:
+                    self.s = np.zeros(self.count, "S64")
                 self.s[a:b] = s
             self.e[a:b] = ends
         self.filled += rows
@@ -115,13 +120,18 @@ class _Columns:
         if len(hashes) > 1 and bool(np.any(hashes[1:] == hashes[:-1])):
             raise NotTemplate  # a URL twice (or two hashes alike): the ordinary parse decides
         if self.count is None:
-            cols = {k: np.concatenate(self.parts[k]) for k in ("n", "f", "s", "e")}
+            cols = {k: np.concatenate(self.parts[k]) for k in ("n", "f", "e")}
+            shas = self.parts["s"]
+            if any(not isinstance(x, int) for x in shas):
+                self.s = np.concatenate(
+                    [np.zeros(x, "S64") if isinstance(x, int) else x for x in shas]
+                )
         elif self.filled != self.count:
             raise NotTemplate
         else:
-            cols = {"n": self.n, "f": self.f, "s": self.s, "e": self.e}
-        if self.sha_type == "S64" and not cols["s"].any():  # "" everywhere: as table_of keeps it
-            cols["s"] = np.zeros(len(cols["s"]), "S1")
+            cols = {"n": self.n, "f": self.f, "e": self.e}
+        # "" everywhere: one byte a shard, as table_of keeps it
+        cols["s"] = self.s if self.s is not None else np.zeros(self.filled, "S1")
         names = np.frombuffer(b"".join(self.names), dtype=np.uint8)
         self.names.clear()
         return {**cols, "names": names}
@@ -155,7 +165,7 @@ class _Stream:
             self.digests["identity"] = hashlib.sha256()
         count = seen.get("num_shards")
         rest = self._first_entry(rest)
-        cols = _Columns(count if type(count) is int and count >= 0 else None, self._sha)
+        cols = _Columns(count if type(count) is int and count >= 0 else None)
         tail = self._entries(rest, cols)
         return self._with_facts(head, tail, cols.finish())
 
@@ -184,7 +194,6 @@ class _Stream:
                 rest += more
         first = rest.index(b'"', i)
         self.tpl = Template(rest[first:k], obj)
-        self._sha = "sha256" in self.tpl.fields
         return rest[first:]
 
     def _entries(self, carry: bytes, cols: _Columns) -> bytes:
@@ -222,81 +231,97 @@ class _Stream:
     def _piece(self, piece: bytes) -> tuple[int | None, Any, dict[str, bytes]]:
         """Check and read the entries of one piece (from an entry's first quote to the next
         entry's, or to the stream's end): where the list ends in it, the offset past its
-        ``]`` (None: it goes on), and its rows' values."""
-        buf = np.frombuffer(b"".join((_FRONT, piece, _PAD)), dtype=np.uint8)
-        body = buf[bw.FRONT : len(buf) - bw.PAD]
+        ``]`` (None: it goes on), its rows' values and the text of each digest asked for."""
+        buf = np.frombuffer(b"".join((piece, _PAD)), dtype=np.uint8)
+        body = buf[: len(piece)]
         if bool((body == 92).any()):
             raise NotTemplate  # an escape: quotes no longer delimit strings alone
-        q = self.tpl.quotes
-        qs = np.flatnonzero(body == 34) + bw.FRONT
-        starts = np.append(qs[::q], len(body) + bw.FRONT)
+        tpl, q = self.tpl, self.tpl.quotes
+        qs = np.flatnonzero(body == 34)
+        starts = np.append(qs[::q], len(body))
         n = min(len(qs) // q, len(starts) - 1)
         grid, nxt = qs[: q * n].reshape(n, q), starts[1 : n + 1]
-        tpl, words = self.tpl, bw.words(buf)
         runs, last = tpl.runs, tpl.runs[-1]
         at = [grid[:, a[0]] - a[1] if a else nxt - len(last) for a in tpl.anchors]
-        ok = np.ones(len(grid), dtype=bool)
-        for r, run in enumerate(runs[:-1]):
-            ok &= bw.same(words, at[r], run)
-            if r + 2 < len(runs):
-                ok &= at[r + 1] >= at[r] + len(run)
-        whole = ok & (at[-1] >= at[-2] + len(runs[-2])) & bw.same(words, at[-1], last)
-        whole &= at[-1] + len(last) == nxt
+        widths = np.empty((n, len(runs) - 1), dtype=np.int64)
+        for j, (a, b, r) in enumerate(zip(at, at[1:], runs, strict=False)):
+            np.subtract(b - len(r), a, out=widths[:, j])
+        groups, outside = er.layouts(buf, at[0], widths, runs)
+        ok, whole = np.zeros(n, bool), np.zeros(n, bool)
+        for g in groups:
+            ok[g.rows], whole[g.rows] = er.check(g, runs)
+        for j in range(widths.shape[1] - 1):
+            ok &= widths[:, j] >= 0
+        ok[outside] = False
+        whole &= ok & (widths[:, -1] >= 0) & (at[-1] + len(last) == nxt)
         bad = np.flatnonzero(~whole)
-        good = int(bad[0]) if len(bad) else len(grid)
-        end = None
-        if good < len(grid):  # the list's last entry, or not the template
-            if not ok[good]:
-                raise NotTemplate
+        good = int(bad[0]) if len(bad) else n
+        end, final = None, []
+        if good < n:  # the list's last entry, or not the template
             if tpl.anchors[-1] is None:  # it ends in a number: its digits, then "}" and "]"
-                digits = NUMBER_END.match(buf.data, int(at[-2][good]) + len(runs[-2]))
-                if digits is None:
+                number = NUMBER_END.match(buf.data, int(at[-2][good]) + len(runs[-2]))
+                if number is None or (widths[good, :-1] < 0).any():
                     raise NotTemplate
-                at[-1][good] = digits.end()
-            m = LIST_END.match(buf.data, int(at[-1][good]) + (tpl.anchors[-1] is not None))
+                widths[good, -1] = number.end() - number.start()
+                final, _ = er.layouts(buf, at[0][good : good + 1], widths[good : good + 1], runs)
+                if not final or not er.check(final[0], runs)[0][0]:
+                    raise NotTemplate
+                final[0].rows[:] = good
+                after = number.end()
+            elif ok[good]:
+                after = int(at[-1][good]) + 1
+            else:
+                raise NotTemplate
+            m = LIST_END.match(buf.data, after)
             if m is None:
                 raise NotTemplate
-            end, good = m.end() - bw.FRONT, good + 1
-        spans = [
-            (a[:good] + len(run), b[:good])
-            for a, b, run in zip(at[:-1], at[1:], tpl.runs[:-1], strict=True)
-        ]
-        return end, *self._read_rows(words, spans)
+            end = m.end()
+            good += 1
+        keep = good - len(final)  # rows read from their layout (the last one apart)
+        parts = [(g, int(np.searchsorted(g.rows, keep))) for g in groups] + [(f, 1) for f in final]
+        return end, *self._read_rows([(g, k) for g, k in parts if k], good)
 
-    def _read_rows(self, words: np.ndarray, spans: list[tuple[np.ndarray, np.ndarray]]) -> Any:
-        values: dict[str, Any] = {}
-        for field, (start, end) in zip(self.tpl.fields, spans, strict=True):
-            if FIELDS[field] is int:
-                values[field] = bw.ints(words, start, end)
-                if values[field] is None:
+    def _read_rows(self, parts: list[tuple[er.Layout, int]], n: int) -> Any:
+        """The values of rows ``0 .. n`` (each layout's first ``k`` rows), and the digests'
+        texts; NotTemplate where a value is not one ``json.dumps`` writes."""
+        fields, runs = self.tpl.fields, self.tpl.runs
+        ints = {f: np.full(n, -1, np.int64) for f in fields if FIELDS[f] is int}
+        sha = np.zeros(n, "S64") if "sha256" in fields else None
+        names, hashes = [], np.zeros(n, np.uint64)
+        texts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {k: [] for k in self.digests}
+        for g, k in parts:
+            rows = g.rows[:k]
+            cols = {f: g.value(j, runs)[:k] for j, f in enumerate(fields)}
+            for f in ints:
+                got = er.digits(cols[f])
+                if got is None:
                     raise NotTemplate
-                continue
-            lengths = end - start
-            width = 64 if field == "sha256" else int(lengths.max(initial=0))
-            if lengths.max(initial=0) > width or lengths.min(initial=1) < (field == "url"):
-                raise NotTemplate  # a checksum past 64 characters, an empty URL
-            rows = bw.texts(words, start, end, width)
-            if rows is None:
-                raise NotTemplate
-            if field == "sha256":
-                values[field] = rows.view("S64").reshape(len(rows))
-            else:
-                values[field] = (lengths, bw.joined(rows, lengths), bw.row_hash(rows, lengths))
-        n = values["nsamples"]
-        if len(n) and n.min() < 0:
+                ints[f][rows] = got
+            url = cols["url"]
+            if not url.shape[1] or not er.printable(url):
+                raise NotTemplate  # an empty URL, a control byte or a non-ASCII name
+            names.append((rows, url))
+            hashes[rows] = er.row_hash(url)
+            if sha is not None:
+                if cols["sha256"].shape[1] > 64 or not er.printable(cols["sha256"]):
+                    raise NotTemplate  # the table keeps 64 characters
+                sha.view(np.uint8).reshape(n, 64)[rows, : cols["sha256"].shape[1]] = cols["sha256"]
+            for name in self.digests:
+                texts[name].append((rows, er.text(self._rows_of(name, cols, len(rows)))))
+        if ints["nsamples"].min(initial=0) < 0:
             raise NotTemplate
-        texts = {name: bw.rows_text(words, self._rows_of(name, spans)) for name in self.digests}
-        return (n, values.get("filesize"), values.get("sha256"), values["url"]), texts
+        url_parts = (er.lengths_of(names, n), er.in_order(names, n), hashes)
+        values = (ints["nsamples"], ints.get("filesize"), sha, url_parts)
+        return values, {name: er.in_order(p, n) if p else b"" for name, p in texts.items()}
 
-    def _rows_of(self, name: str, spans: list[tuple[np.ndarray, np.ndarray]]) -> list[Any]:
+    def _rows_of(self, name: str, cols: dict[str, np.ndarray], n: int) -> list[Any]:
         """What digest ``name`` hashes of each row: each field's text where the entries have
         it (as the manifest writes it), its default where they do not."""
-        have = dict(zip(self.tpl.fields, spans, strict=True))
-        f, sha = have.get("filesize", b"-1"), have.get("sha256", b"")
-        url, n = have["url"], have["nsamples"]
+        f, sha = cols.get("filesize", b"-1"), cols.get("sha256", b"")
+        url, count = cols["url"], cols["nsamples"]
         if name == "offsets":  # shards_digest: f"{url}\0{nsamples}\0{filesize}\0{sha256}\n"
-            return [url, b"\0", n, b"\0", f, b"\0", sha, b"\n"]
-        return [b"\n", url, b"\0", n, b"\0", sha]  # "\n".join(f"{url}\0{n}\0{sha256}")
+            return [url, b"\0", count, b"\0", f, b"\0", sha, b"\n"]
+        return [b"\n", url, b"\0", count, b"\0", sha]  # "\n".join(f"{url}\0{n}\0{sha256}")
 
     def _with_facts(self, head: bytes, tail: bytes, cols: dict[str, np.ndarray]) -> ShardTable:
         """The table, with the manifest's facts checked as the ordinary parse checks them."""
