@@ -81,9 +81,9 @@ def written_table(
     url = found[0]
     if not _large(found) or url.rsplit("/", 1)[-1] != MANIFEST_NAME:
         return None
-    try:
-        head = read_head(url, HEAD_BYTES, storage_options)
-        data = read_object(url[: -len(MANIFEST_NAME)] + SIDE_NAME, storage_options) if head else b""
+    try:  # the side file first: where there is none (most manifests), one request, not two
+        data = read_object(url[: -len(MANIFEST_NAME)] + SIDE_NAME, storage_options)
+        head = read_head(url, HEAD_BYTES, storage_options) if data else b""
     except (FileNotFoundError, StorageError):
         return None
     table = side_table(data, head) if head and data else None
