@@ -26,9 +26,10 @@ from loaders.plan import (
     Segment,
     Split,
     Topology,
-    num_batches,
+    batches_of,
     plan_epoch,
     plan_resumed,
+    samples_per_rank,
     shard_slack,
 )
 from loaders.pool import BufferPool, SharedPool
@@ -124,14 +125,13 @@ class ShardStreamDataset(IterableDataset):
                 "split='shards' cuts ranks' shares between shards; packed sequences are "
                 "planned by token counts: use split='samples'"
             )
-        self._len = num_batches(
+        per_rank = samples_per_rank(
             self.mixture.total,
             world_size=topology.world_size,
-            batch_size=spec.batch_size,
             uneven=spec.uneven,
-            drop_last=spec.drop_last,
             slack=shard_slack(self.mixture) if whole else 0,
         )
+        self._len = batches_of(per_rank, spec.batch_size, spec.drop_last)
 
     def ensure_pool(self) -> None:
         """Allocate the batch slots, in the main process before a pass starts its workers

@@ -139,11 +139,16 @@ def num_batches(
     batch_size: int,
     uneven: Uneven | str = "pad",
     drop_last: bool = False,
-    slack: int = 0,
 ) -> int:
-    """``len(loader)``: identical on every rank, O(1) (``slack``: :func:`samples_per_rank`)."""
-    s = samples_per_rank(total_samples, world_size=world_size, uneven=uneven, slack=slack)
-    nb, rem = divmod(s, batch_size)
+    """``len(loader)``: identical on every rank, O(1)."""
+    s = samples_per_rank(total_samples, world_size=world_size, uneven=uneven)
+    return batches_of(s, batch_size, drop_last)
+
+
+def batches_of(samples: int, batch_size: int, drop_last: bool = False) -> int:
+    """Batches of ``samples`` (a rank's, :func:`samples_per_rank`): full ones, and a last
+    partial one unless ``drop_last``."""
+    nb, rem = divmod(samples, batch_size)
     return nb + (1 if rem and not drop_last else 0)
 
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loaders.plan import MixSource, Mixture, Segment, num_batches, shard_slack
+from loaders.plan import MixSource, Mixture, Segment, batches_of, samples_per_rank, shard_slack
 from tests.support.plans import delivered, expand, mixture_ids, plan_kw, resumed_kw
 from wdstool.base.errors import ConfigError
 
@@ -51,13 +51,10 @@ def _real(plan) -> list:
 def test_ranks_read_whole_shards_and_take_the_same_steps(t: dict) -> None:
     plans = _plans(t)
     mix = Mixture((MixSource(tuple(t["sizes"])),))
-    want = num_batches(
-        sum(t["sizes"]),
-        world_size=t["world_size"],
-        batch_size=t["batch_size"],
-        uneven=t["uneven"],
-        slack=shard_slack(mix),
+    per_rank = samples_per_rank(
+        sum(t["sizes"]), world_size=t["world_size"], uneven=t["uneven"], slack=shard_slack(mix)
     )
+    want = batches_of(per_rank, t["batch_size"])
     assert {p.num_batches for p in plans} == {want}  # len(loader), from the sizes alone
     readers: dict[tuple, set[int]] = {}
     for r, p in enumerate(plans):
