@@ -133,8 +133,11 @@ def render(cost: dict[str, Any]) -> list[str]:
         f"Shards in img2dataset's layout behind loopback S3: {SAMPLES:,} samples in a tar of "
         f"{sizes['tar'] / 1e6:.1f} MB, a Parquet of the {TRIED:,} tried ({sizes['parquet'] / 1e3:.0f} "
         "KB, a row group every 100 rows) and `_stats.json` (the method: `bench/scale_count.py`). "
-        "Requests and bytes per shard are measured; 10^6 shards is that times 10^6; hours: this "
-        "machine's rate with `wdstool index`'s default parallelism (a cluster's nodes divide it).",
+        "Requests and bytes per shard are measured (side files: the Parquet's footer, then its "
+        "key and status chunks with what lies between them, one request where they are under "
+        "1 MB apart, and the stats file); 10^6 shards is that times 10^6; hours: this machine's "
+        "rate against moto with `wdstool index`'s default parallelism (a cluster's nodes, and a "
+        "real store, divide it).",
         "",
         "| counted by | shards measured | requests / shard | bytes / shard | s / shard here "
         "| 10^6 shards: requests | bytes | hours here |",
