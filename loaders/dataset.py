@@ -24,10 +24,13 @@ from loaders.plan import (
     Mixture,
     RankPlan,
     Segment,
+    Split,
     Topology,
-    num_batches,
+    batches_of,
     plan_epoch,
     plan_resumed,
+    samples_per_rank,
+    shard_slack,
 )
 from loaders.pool import BufferPool, SharedPool
 from loaders.read import SourceReader, shard_reader, worker_stream
@@ -116,13 +119,19 @@ class ShardStreamDataset(IterableDataset):
         self.resume: Resume | None = None
         self._resumed_plan: tuple[Resume, RankPlan] | None = None
         spec = config.epoch
-        self._len = num_batches(
+        whole = spec.split is Split.SHARDS
+        if whole and self._packs:
+            raise ConfigError(
+                "split='shards' cuts ranks' shares between shards; packed sequences are "
+                "planned by token counts: use split='samples'"
+            )
+        per_rank = samples_per_rank(
             self.mixture.total,
             world_size=topology.world_size,
-            batch_size=spec.batch_size,
             uneven=spec.uneven,
-            drop_last=spec.drop_last,
+            slack=shard_slack(self.mixture) if whole else 0,
         )
+        self._len = batches_of(per_rank, spec.batch_size, spec.drop_last)
 
     def ensure_pool(self) -> None:
         """Allocate the batch slots, in the main process before a pass starts its workers

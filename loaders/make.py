@@ -62,6 +62,7 @@ def make_loader(
     seed: int = 0,
     uneven: str = "pad",
     drop_last: bool = False,
+    split: str = "samples",
     # recipe and output
     transform: Callable[[torch.Tensor], torch.Tensor] | PerSize | None = None,
     image_size: SizeArg | None = None,
@@ -130,6 +131,10 @@ def make_loader(
         uneven: samples that do not divide over the ranks: ``"pad"``, ``"drop"``, or
             ``"mask"`` (exact evaluation: ``batch["valid"]``).
         drop_last: drop the final partial batch, on every rank alike.
+        split: where ranks' shares are cut: ``"samples"`` (anywhere: a shard may be read by
+            two ranks) or ``"shards"`` (whole shards per rank, every rank padded to the same
+            count by ``uneven``: for shards on a store without sample offsets, such as
+            someone else's counted from side files; docs/guides/foreign-at-scale.md).
 
     Recipe and output:
         transform: the recipe: a torchvision v2 or v1 pipeline, timm's or albumentations',
@@ -213,6 +218,7 @@ def make_loader(
         shuffle_buffer=shuffle_buffer,
         uneven=uneven,
         drop_last=drop_last,
+        split=split,  # type: ignore[arg-type]
     )
     batch = BatchSettings(
         output=output,  # type: ignore[arg-type]

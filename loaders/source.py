@@ -27,6 +27,7 @@ from loaders.source_table import (
     keep_table,
     kept_table,
     parsing_lock,
+    streamed_table,
     written_table,
 )
 from wdstool.base.errors import ConfigError, ShardError
@@ -119,7 +120,11 @@ def resolve_source(
     if found is None:
         return _resolved(source, storage_options, access, skip_damaged, None)
     with parsing_lock(found, cache_dir):  # a large manifest: one rank of the host parses it
-        table = kept_table(found, cache_dir) or written_table(found, storage_options, cache_dir)
+        table = (
+            kept_table(found, cache_dir)
+            or written_table(found, storage_options, cache_dir)
+            or streamed_table(found, storage_options, cache_dir)
+        )
         if table is not None:
             return _from_table(table, base_url_of(found[0]))
         return _resolved(source, storage_options, access, skip_damaged, found)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from loaders.dataset import Resume, ShardStreamDataset
-from loaders.plan import MixSource, Mixture, Segment
+from loaders.plan import MixSource, Mixture, Segment, Split
 from loaders.source import identity_key
 from wdstool.base.errors import ConfigError
 
@@ -70,6 +70,7 @@ def save_state(ds: ShardStreamDataset, batches_delivered: int) -> dict[str, Any]
         "shuffle_buffer": c.shuffle_buffer,
         "uneven": c.uneven.value,
         "drop_last": c.drop_last,
+        **({"split": c.split.value} if c.split is not Split.SAMPLES else {}),
         "segments": [
             {
                 "world_size": g.world_size,
@@ -126,8 +127,9 @@ def restore_state(ds: ShardStreamDataset, state: dict[str, Any]) -> None:
         ("shuffle_buffer", c.shuffle_buffer),
         ("uneven", c.uneven.value),
         ("drop_last", c.drop_last),
+        ("split", c.split.value),
     ):
-        if state.get(key) != mine:
+        if state.get(key, "samples" if key == "split" else None) != mine:
             raise ConfigError(
                 f"the loader state was saved with {key}={state.get(key)!r}; this loader has "
                 f"{key}={mine!r} (they must match to resume)"

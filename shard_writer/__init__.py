@@ -1,5 +1,6 @@
 """Packing: image folders and listings -> WebDataset tar shards + ``index.json``; reshard,
-split, verify, index files and sample data, on the same write -> publish path (manifest last).
+split, verify, index files (of our data sets and of someone else's shards) and sample data, on
+the same write -> publish path (manifest last).
 
 >>> from shard_writer import PackOptions, pack
 >>> summary = pack("data/images", "data/shards", PackOptions(max_count=1000))
@@ -10,6 +11,7 @@ dependencies (pyarrow for parquet listings, Ray for ``engine="ray"``) load only 
 
 from shard_writer.foreign_index import write_foreign_index
 from shard_writer.index import write_dali_indexes
+from shard_writer.index_folder import IndexOptions, write_index_folder
 from shard_writer.options import PackOptions, PackSummary, ReshardOptions, WriteOptions
 from shard_writer.pack import pack
 from shard_writer.parquet_check import DamagedRowGroups, inspect_parquet, verify_parquet
@@ -23,6 +25,7 @@ from wdstool.base.errors import OnError
 
 __all__ = [
     "DamagedRowGroups",
+    "IndexOptions",
     "OnError",
     "PackOptions",
     "PackSummary",
@@ -43,5 +46,6 @@ __all__ = [
     "verify_parquet",
     "write_dali_indexes",
     "write_foreign_index",
+    "write_index_folder",
     "write_timm_info",
 ]

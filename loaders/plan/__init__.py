@@ -14,11 +14,13 @@ from loaders.plan.epoch import (
     RankPlan,
     RankShare,
     WorkerPlan,
+    batches_of,
     num_batches,
     plan_epoch,
     samples_per_rank,
+    shard_slack,
 )
-from loaders.plan.epoch_spec import EpochSpec, Topology, Uneven, as_enum, as_uneven, k_of
+from loaders.plan.epoch_spec import EpochSpec, Split, Topology, Uneven, as_enum, as_uneven, k_of
 from loaders.plan.items import Item, Mix, Piece, Slice, take_items
 from loaders.plan.mixture import MixSource, Mixture, apportion
 from loaders.plan.packing import Packing, Span, pack_sequences
@@ -39,12 +41,14 @@ __all__ = [
     "Segment",
     "Slice",
     "Span",
+    "Split",
     "Topology",
     "Uneven",
     "WorkerPlan",
     "apportion",
     "as_enum",
     "as_uneven",
+    "batches_of",
     "block_permutation",
     "block_seed",
     "first_block",
@@ -55,6 +59,7 @@ __all__ = [
     "plan_resumed",
     "remaining_items",
     "samples_per_rank",
+    "shard_slack",
     "shuffle_blocks",
     "take_items",
 ]

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from loaders.plan.epoch_spec import EpochSpec, Topology, Uneven, as_uneven, k_of
+from loaders.plan.epoch_spec import EpochSpec, Split, Topology, Uneven, as_uneven, k_of
 from loaders.plan.items import Item, Mix, Slice, as_pad, merge_slices, take_items
 from loaders.plan.mixture import MixSource, Mixture, SourceEpoch
 from loaders.plan.shuffle import worker_seed
@@ -111,9 +111,25 @@ def round_robin(queues: Sequence[range], start: int, k: int) -> list[tuple[int, 
     return order
 
 
-def samples_per_rank(total_samples: int, *, world_size: int, uneven: Uneven | str = "pad") -> int:
+def samples_per_rank(
+    total_samples: int, *, world_size: int, uneven: Uneven | str = "pad", slack: int = 0
+) -> int:
+    """Samples each rank yields an epoch: ``ceil(N/W)`` (``"pad"``, ``"mask"``) or
+    ``floor(N/W)`` (``"drop"``); ``slack``: how far whole-shard shares may stray from that
+    (:func:`shard_slack`), added (taken, for ``"drop"``), so that every rank yields the same."""
     q, r = divmod(total_samples, world_size)
-    return q if as_uneven(uneven) is Uneven.DROP else q + (1 if r else 0)
+    if as_uneven(uneven) is Uneven.DROP:
+        return max(0, q - slack)
+    return q + (1 if r else 0) + slack
+
+
+def shard_slack(mix: Mixture) -> int:
+    """How many samples a rank's whole-shard share (``split="shards"``) may hold more or
+    fewer than its share of samples: each source's cuts move up to its largest shard less
+    one sample. A pure function of the sizes: ``len(loader)`` stays the same every epoch."""
+    return sum(
+        max(s.sizes) - 1 for s, share in zip(mix.sources, mix.shares(), strict=True) if share
+    )
 
 
 def num_batches(
@@ -126,7 +142,13 @@ def num_batches(
 ) -> int:
     """``len(loader)``: identical on every rank, O(1)."""
     s = samples_per_rank(total_samples, world_size=world_size, uneven=uneven)
-    nb, rem = divmod(s, batch_size)
+    return batches_of(s, batch_size, drop_last)
+
+
+def batches_of(samples: int, batch_size: int, drop_last: bool = False) -> int:
+    """Batches of ``samples`` (a rank's, :func:`samples_per_rank`): full ones, and a last
+    partial one unless ``drop_last``."""
+    nb, rem = divmod(samples, batch_size)
     return nb + (1 if rem and not drop_last else 0)
 
 
@@ -154,6 +176,24 @@ def check_data(n: int, spec: EpochSpec, topo: Topology) -> None:
         )
 
 
+def check_split(mix: Mixture, spec: EpochSpec, topo: Topology) -> None:
+    """Under split="shards" every rank gets a shard, and something under uneven="drop"."""
+    if spec.split is not Split.SHARDS:
+        return
+    shards = sum(len(s.sizes) for s in mix.sources)
+    if shards < topo.world_size:
+        raise ConfigError(
+            f"split='shards' gives each rank whole shards: {shards} shards cannot serve "
+            f"{topo.world_size} ranks; use split='samples'"
+        )
+    slack = shard_slack(mix)
+    if not samples_per_rank(mix.total, world_size=topo.world_size, uneven=spec.uneven, slack=slack):
+        raise ConfigError(
+            f"split='shards' with uneven='drop' leaves a rank nothing ({mix.total} samples, "
+            f"{topo.world_size} ranks, shards of up to {slack + 1}); use uneven='pad' or 'mask'"
+        )
+
+
 class RankShare(NamedTuple):
     """A rank's items for an epoch, its sample count (padding included) and its real samples."""
 
@@ -167,6 +207,8 @@ class EpochItems:
 
     def __init__(self, mix: Mixture, spec: EpochSpec) -> None:
         seed, epoch, shuffle = spec.seed, spec.epoch, spec.shuffle
+        self.whole = spec.split is Split.SHARDS
+        self.slack = shard_slack(mix) if self.whole else 0
         self.shares = mix.shares()
         cursors = mix.cursors_at(epoch)
         self.total = sum(self.shares)
@@ -180,6 +222,7 @@ class EpochItems:
                 epoch=epoch,
                 shuffle=shuffle,
                 repeats=mix.repeats,
+                whole=self.whole,
             )
             if share
             else None
@@ -189,17 +232,25 @@ class EpochItems:
         ]
 
     def rank_items(self, topo: Topology, uneven: Uneven) -> RankShare:
-        """A rank's items, its sample count (padding included) and its real samples."""
+        """A rank's items, its sample count (padding included) and its real samples. Under
+        ``split="shards"`` each source's span is moved on, at both ends, to where a shard
+        starts: ranks read whole shards, and pad up to the same count."""
         rank, world_size = topo.rank, topo.world_size
         spans, begins, offset = [], [], 0
-        for share in self.shares:
+        for i, share in enumerate(self.shares):
             q, r = divmod(share, world_size)
             first = offset % world_size  # this source's extras go to ranks first, first+1, ...
-            spans.append(q + (1 if (rank - first) % world_size < r else 0))
-            begins.append(rank * q + _extras_before(rank, first, r, world_size))
+            span = q + (1 if (rank - first) % world_size < r else 0)
+            begin = rank * q + _extras_before(rank, first, r, world_size)
+            src = self.sources[i]
+            if self.whole and src is not None:
+                begin, end = src.shard_start(begin), src.shard_start(begin + span)
+                span = end - begin
+            spans.append(span)
+            begins.append(begin)
             offset += share
         real = sum(spans)
-        total = samples_per_rank(self.total, world_size=world_size, uneven=uneven)
+        total = samples_per_rank(self.total, world_size=world_size, uneven=uneven, slack=self.slack)
         keep = min(real, total)
         live = [i for i, s in enumerate(spans) if s]
         if len(live) == 1:
@@ -214,9 +265,19 @@ class EpochItems:
         else:
             items = []
         big = max(range(len(self.shares)), key=lambda i: (self.shares[i], -i))
-        for j in range(total - keep):  # padding: at most one sample, a repeat marked as such
-            at = (begins[big] + j) % self.shares[big] if real else rank % self.shares[big]
-            items.extend(as_pad(s) for s in self.sources[big].take(at, 1))  # type: ignore[union-attr]
+        left = total - keep  # padding, repeats marked as such: at most one sample, or ...
+        if self.whole and real:  # ... up to twice the slack: the rank's own samples again
+            own = max(range(len(spans)), key=lambda i: (spans[i], -i))
+            while left > 0:
+                n = min(left, spans[own])
+                items.extend(as_pad(s) for s in self.sources[own].take(begins[own], n))  # type: ignore[union-attr]
+                left -= n
+        share = self.shares[big]
+        at = begins[big] % share if real else rank % share
+        while left > 0:
+            n = min(left, share - at)
+            items.extend(as_pad(s) for s in self.sources[big].take(at, n))  # type: ignore[union-attr]
+            left, at = left - n, 0
         return RankShare(items, total, keep)
 
 
@@ -237,6 +298,7 @@ def plan_epoch(
     epoch's items across the plans of several ranks."""
     mix = as_mixture(data)
     check_data(mix.total, spec, topo)
+    check_split(mix, spec, topo)
     if items is None:
         items = EpochItems(mix, spec)
     return rank_plan(items.rank_items(topo, spec.uneven), spec, topo)

@@ -16,6 +16,11 @@ class Uneven(StrEnum):
     MASK = "mask"  # ceil(N/W) slots, every sample exactly once, padding flagged invalid
 
 
+class Split(StrEnum):
+    SAMPLES = "samples"  # a rank's share: a run of samples, cut wherever its ends fall
+    SHARDS = "shards"  # a rank's share: whole shards, every rank padded to the same count
+
+
 E = TypeVar("E", bound=StrEnum)
 
 
@@ -40,7 +45,8 @@ def k_of(num_workers: int) -> int:
 @dataclass(frozen=True, kw_only=True)
 class EpochSpec:
     """What an epoch is: its seed and number, the batch size, the shuffle (and its buffer of
-    compressed samples per worker), and how ranks even out (``uneven``, ``drop_last``). The
+    compressed samples per worker), and how ranks even out (``uneven``, ``drop_last``) and
+    where their shares are cut (``split``: between samples, or between shards only). The
     sources, their weights, ``epoch_size`` and ``repeats`` are the mixture's."""
 
     seed: int = 0
@@ -50,9 +56,11 @@ class EpochSpec:
     shuffle_buffer: int = 2000
     uneven: Uneven = Uneven.PAD
     drop_last: bool = False
+    split: Split = Split.SAMPLES
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "uneven", as_uneven(self.uneven))
+        object.__setattr__(self, "split", as_enum(Split, "split", self.split))
         if self.batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.seed < 0 or self.epoch < 0:
@@ -103,4 +111,4 @@ class Topology:
         return self if rank == self.rank else replace(self, rank=rank)
 
 
-__all__ = ["EpochSpec", "Topology", "Uneven", "as_enum", "as_uneven", "k_of"]
+__all__ = ["EpochSpec", "Split", "Topology", "Uneven", "as_enum", "as_uneven", "k_of"]

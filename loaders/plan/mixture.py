@@ -122,16 +122,34 @@ def apportion(total: int, weights: Sequence[float]) -> list[int]:
 
 
 class Pass:
-    """One pass over a source's shards in an order, rotated by ``offset`` samples."""
+    """One pass over a source's shards in an order, rotated by ``offset`` samples (``whole``:
+    moved on to the next shard's start, so the pass starts and ends between shards)."""
 
     def __init__(
-        self, sizes: np.ndarray, order: np.ndarray, offset: int, source: int, rep: int
+        self,
+        sizes: np.ndarray,
+        order: np.ndarray,
+        offset: int,
+        source: int,
+        rep: int,
+        whole: bool = False,
     ) -> None:
         self.order = order
         self.ends = np.cumsum(sizes[order])  # end position of each shard (unrotated)
         self.total = int(self.ends[-1])
         self.offset = offset % self.total if self.total else 0
+        if whole and self.total:
+            at = int(np.searchsorted(self.ends, self.offset, side="left"))
+            self.offset = int(self.ends[at]) % self.total if self.offset else 0
         self.source, self.rep = source, rep
+
+    def next_start(self, pos: int) -> int:
+        """The first position at or after ``pos`` (of the rotated pass) where a shard starts,
+        or ``total``."""
+        u = (pos + self.offset) % self.total
+        at = int(np.searchsorted(self.ends, u, side="left"))
+        step = 0 if u == 0 or int(self.ends[at]) == u else int(self.ends[at]) - u
+        return min(pos + step, self.total)
 
     def copy(self, rep: int) -> Pass:
         """The same pass as another occurrence (``rep``): the same samples, their own draws."""
@@ -181,7 +199,9 @@ class SourceEpoch:
         epoch: int,
         shuffle: bool,
         repeats: int = 1,
+        whole: bool = False,
     ) -> None:
+        """``whole``: each pass starts at a shard's start (``split="shards"``)."""
         sizes = np.asarray(src.sizes, dtype=np.int64)
         n = int(sizes.sum())
         self.share = share
@@ -197,7 +217,7 @@ class SourceEpoch:
                 order, offset = rng.permutation(len(sizes)), int(rng.integers(n))
             else:
                 order, offset = np.arange(len(sizes)), 0
-            self.parts.append((n, Pass(sizes, order, offset, index, rep), 0))
+            self.parts.append((n, Pass(sizes, order, offset, index, rep, whole), 0))
         if m:
             if shuffle:
                 rng = np.random.Generator(
@@ -215,6 +235,20 @@ class SourceEpoch:
                 for c in range(repeats)
                 for length, p, first in once
             ]
+
+    def shard_start(self, pos: int) -> int:
+        """The first position at or after ``pos`` where a shard (or a part: a pass, the
+        window) starts, or the share's end: where ``split="shards"`` may cut."""
+        start = 0
+        for n, p, first in self.parts:
+            if pos == start:
+                return min(pos, self.share)
+            if pos < start + n:
+                rotated = (first + pos - start) % p.total
+                ahead = p.next_start(rotated) - rotated
+                return min(pos + ahead, start + n, self.share)
+            start += n
+        return self.share
 
     def take(self, start: int, length: int) -> list[Slice]:
         out: list[Slice] = []

@@ -14,6 +14,7 @@ import pytest
 from loaders.bench.run import BenchConfig
 from loaders.make import make_loader
 from shard_writer import (
+    IndexOptions,
     PackOptions,
     ReshardOptions,
     generate_sample_data,
@@ -78,6 +79,7 @@ def test_writers_build_the_librarys_default_options(command: str, args: tuple, o
             dict.fromkeys(("image_size", "output", "world_size", "rank", "repeats", "fields")),
         ),
         ("show", ("SRC",), ShowConfig, {}),
+        ("index", ("SRC", "--out", "DIR"), IndexOptions, {}),
     ],
 )
 def test_other_commands_default_to_the_librarys_settings(

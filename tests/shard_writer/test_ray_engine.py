@@ -81,6 +81,35 @@ def cluster():
         c.shutdown()
 
 
+def test_index_counts_on_ray_as_here_and_goes_on_after_a_kill(tmp_path: Path) -> None:
+    """`wdstool index --out DIR --engine ray`: the header scans run as Ray tasks and give the
+    index a local run gives; a run killed part way leaves its finished batches, and the next
+    one (here on Ray) counts only the rest."""
+    from shard_writer.index_folder import IndexOptions, write_index_folder
+    from tests.support.img2dataset import write_shards
+
+    src = tmp_path / "shards"
+    write_shards(src, shards=6, per_shard=40, seed=5)
+    args = ["--count-by", "scan", "--batch", "1", "--workers", "2", "--json", "-q"]
+    run_cli("index", str(src), "--out", str(tmp_path / "local"), *args)
+
+    def killed(done: int, total: int) -> None:
+        if done >= 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        options = IndexOptions(count_by="scan", batch=1, workers=1)  # type: ignore[arg-type]
+        write_index_folder([str(src)], str(tmp_path / "ray"), options, progress=killed)
+    env = {"RAY_ADDRESS": "", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    r = run_cli(
+        "index", str(src), "--out", str(tmp_path / "ray"), *args, "--engine", "ray", env=env
+    )
+    summary = json.loads(r.stdout)
+    assert summary["batches"] == {"kept": 2, "counted": 4}
+    assert summary["counted_by"] == {"side_files": 0, "headers": 6}
+    assert dir_bytes(tmp_path / "ray") == dir_bytes(tmp_path / "local")
+
+
 @pytest.mark.full
 def test_local_ray_instance_gives_local_bytes_and_leaves_no_process(
     tree: Path, reference: Path, tmp_path: Path

@@ -117,7 +117,10 @@ def table_of(manifest: Manifest, identity: str) -> ShardTable | None:
     return ShardTable(
         nsamples=np.asarray(sizes, dtype=np.int64),
         filesize=np.asarray(filesizes, dtype=np.int64),
-        sha256=np.asarray([(h or "").encode() for h in sha256s], dtype="S64"),
+        # no checksum anywhere (an index of someone else's shards): one byte a shard, not 64
+        sha256=np.asarray(
+            [(h or "").encode() for h in sha256s], dtype="S64" if any(sha256s) else "S1"
+        ),
         names=names,
         name_ends=ends,
         meta=meta,

@@ -178,15 +178,19 @@ def test_the_ranks_of_a_host_parse_a_large_manifest_once(
 
     monkeypatch.setattr(source_table, "LOCK_BYTES", 0)
     shards, cache, log = _packed(tmp_path), tmp_path / "cache", tmp_path / "parses"
-    real = indexes.find_index
 
-    def counting(*a, **k):
-        with open(log, "a") as f:
-            f.write("x")
-        time.sleep(0.5)  # the others arrive while it parses
-        return real(*a, **k)
+    def counting(real):
+        def parse(*a, **k):
+            with open(log, "a") as f:
+                f.write("x")
+            time.sleep(0.5)  # the others arrive while it parses
+            return real(*a, **k)
 
-    monkeypatch.setattr(indexes, "find_index", counting)
+        return parse
+
+    # the manifest is parsed, or streamed into arrays (manifest_stream): either is a parse
+    monkeypatch.setattr(indexes, "find_index", counting(indexes.find_index))
+    monkeypatch.setattr(source_table, "stream_table", counting(source_table.stream_table))
     ctx = mp.get_context("fork")
     out = ctx.Queue()
     procs = [ctx.Process(target=_rank_len, args=(str(shards), str(cache), out)) for _ in range(3)]
@@ -268,3 +272,21 @@ def test_a_rewrite_without_a_side_file_removes_the_old_one(tmp_path: Path, monke
     assert (shards / SIDE_NAME).exists()
     pack(str(tmp_path / "src"), str(shards), PackOptions(workers=1, max_count=4, overwrite=True))
     assert not (shards / SIDE_NAME).exists()  # it would name the manifest it replaced
+
+
+def test_the_hosts_first_rank_streams_a_manifest_without_a_side_file(
+    small_tables, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No side file, no table kept: the manifest goes into arrays without ``json.loads`` (no
+    object per shard), and the loader delivers what the parsed manifest gives."""
+    shards, kw = _packed(tmp_path), {"image_size": 16, "seed": 3, "label": None}
+    want = _epoch(make_loader(shards, 4, cache_dir=str(tmp_path / "parsed"), **kw))
+    monkeypatch.setattr(source_table, "LOCK_BYTES", 0)
+    cache = tmp_path / "streamed"
+    with monkeypatch.context() as m:
+        _no_parse(m)
+        loader = make_loader(shards, 4, cache_dir=str(cache), **kw)
+        got = _epoch(loader)
+    assert [k for k, _ in got] == [k for k, _ in want]
+    assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(got, want, strict=True))
+    assert len(_tables(cache)) == 1  # kept for the host's other ranks
