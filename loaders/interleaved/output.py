@@ -200,12 +200,12 @@ class Interleaved:
                 cut = min(cut, runs[kept][0])
             ids, mask = ids[:cut], mask[:cut]
         return Encoded(
-            input_ids=torch.tensor(ids, dtype=torch.int64),
+            input_ids=torch.from_numpy(ids),
             images=tuple(range(kept)),
             placeholders=tuple(runs[:kept]),
             images_dropped=len(runs) - kept,
             length=len(ids),
-            loss_mask=torch.tensor(mask, dtype=torch.bool),
+            loss_mask=torch.from_numpy(mask),
         )
 
     def tokens_of(self, height: int, width: int) -> int:

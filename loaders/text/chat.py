@@ -35,6 +35,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from wdstool.base.errors import ConfigError, SampleError
 from wdstool.format.conversation import for_template
 
@@ -67,11 +69,11 @@ class Chat:
 
 @dataclass(frozen=True)
 class Rendered:
-    """One conversation: its ids (image placeholders expanded), the loss mask (bools), each
-    image's run as (start, length), in order."""
+    """One conversation: its ids (int64, image placeholders expanded), the loss mask (bool),
+    each image's run as (start, length), in order."""
 
-    ids: list[int]
-    mask: list[bool]
+    ids: np.ndarray
+    mask: np.ndarray
     runs: list[tuple[int, int]]
 
 
@@ -139,17 +141,22 @@ class ChatRenderer:
     def encode(
         self, messages: Sequence[dict[str, Any]], image_tokens: Sequence[int], where: str
     ) -> Rendered:
-        """One conversation as ids, loss mask and image runs (``image_tokens[i]``: image i's)."""
-        text, _ = self.render(messages)
-        ids, offsets = self.tok.encode_plain(text)
+        """One conversation as ids, loss mask and image runs (``image_tokens[i]``: image i's).
+        A template with ``{% generation %}`` is rendered once, for its text and its spans."""
         loss = self.chat.loss
-        if loss == "all":
-            mask = [True] * len(ids)
+        if loss != "all" and self.tagged:
+            text, spans = self.render(messages, spans=True)
         else:
-            spans = self.reply_spans(messages, text, where)
+            text, _ = self.render(messages)
+            spans = self.reply_spans(messages, text, where) if loss != "all" else []
+        got, offsets = self.tok.encode_plain(text)
+        ids = np.asarray(got, dtype=np.int64)
+        if loss == "all":
+            mask = np.ones(len(ids), dtype=bool)
+        else:
             if loss == "last":
                 spans = spans[-1:]
-            mask = _overlapping(offsets, spans)
+            mask = _overlapping(np.asarray(offsets, dtype=np.int64).reshape(-1, 2), spans)
         return _expand(ids, mask, self.tok.image_token_id, image_tokens, where)
 
     def check(self) -> None:
@@ -183,48 +190,34 @@ def renderer_for(tokenizer: Any, chat: Chat) -> ChatRenderer:
     return ChatRenderer(tokenizer, chat)
 
 
-def _overlapping(
-    offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]]
-) -> list[bool]:
-    """True for each token whose characters overlap a span (spans and tokens in order):
-    transformers' ``return_assistant_tokens_mask``."""
-    mask = [False] * len(offsets)
-    k = 0
-    for t, (start, end) in enumerate(offsets):
-        while k < len(spans) and start >= spans[k][1]:
-            k += 1
-        if k == len(spans):
-            break
-        if end > spans[k][0]:
-            mask[t] = True
+def _overlapping(offsets: np.ndarray, spans: Sequence[tuple[int, int]]) -> np.ndarray:
+    """True for each token (``offsets``: its [start, end) characters, one row a token) whose
+    characters overlap a span: transformers' ``return_assistant_tokens_mask``."""
+    mask = np.zeros(len(offsets), dtype=bool)
+    for start, end in spans:
+        mask |= (offsets[:, 0] < end) & (offsets[:, 1] > start)
     return mask
 
 
 def _expand(
-    ids: list[int], mask: list[bool], image_id: int | None, counts: Sequence[int], where: str
+    ids: np.ndarray, mask: np.ndarray, image_id: int | None, counts: Sequence[int], where: str
 ) -> Rendered:
     """Each image placeholder expanded to its run of ``counts[i]`` (never in the loss)."""
-    at = [t for t, i in enumerate(ids) if i == image_id] if image_id is not None else []
+    at = np.flatnonzero(ids == image_id) if image_id is not None else np.zeros(0, np.int64)
     if len(at) != len(counts):
         raise SampleError(
             f"{where}: the chat template wrote {len(at)} image placeholder(s) for "
             f"{len(counts)} image(s) (is the tokenizer's image_token the one the template "
             "writes for an image part?)"
         )
-    out_ids: list[int] = []
-    out_mask: list[bool] = []
-    runs: list[tuple[int, int]] = []
-    prev = 0
-    for t, n in zip(at, counts, strict=True):
-        out_ids += ids[prev:t]
-        out_mask += mask[prev:t]
-        runs.append((len(out_ids), n))
-        out_ids += [ids[t]] * n
-        out_mask += [False] * n
-        prev = t + 1
-    out_ids += ids[prev:]
-    out_mask += mask[prev:]
-    return Rendered(out_ids, out_mask, runs)
+    if not len(at):
+        return Rendered(ids, mask, [])
+    repeats = np.ones(len(ids), dtype=np.int64)
+    repeats[at] = counts
+    mask[at] = False
+    starts = np.cumsum(repeats) - repeats
+    runs = [(int(starts[t]), int(n)) for t, n in zip(at, counts, strict=True)]
+    return Rendered(np.repeat(ids, repeats), np.repeat(mask, repeats), runs)
 
 
 __all__ = ["LOSSES", "Chat", "ChatRenderer", "Rendered", "renderer_for"]

@@ -38,3 +38,28 @@ def test_without_it_torchs_copy_gives_the_same(monkeypatch) -> None:
         dst = torch.empty(im.numel(), dtype=torch.uint8)
         into_planes(dst, im)
         assert torch.equal(dst.view(im.shape), im.contiguous())
+
+
+def _reference_patches(im: torch.Tensor, p: int, m: int) -> torch.Tensor:
+    """torch's copy of the permuted view: Qwen2-VL's processor's order of the patches."""
+    c, h, w = im.shape
+    blocks = im.reshape(c, h // (p * m), m, p, w // (p * m), m, p)
+    return blocks.permute(1, 4, 2, 5, 0, 3, 6).contiguous().flatten()
+
+
+@needs_ext
+@pytest.mark.parametrize(("p", "m"), [(14, 2), (16, 1), (3, 3)])
+def test_the_compiled_patches_give_torchs_bytes(p: int, m: int) -> None:
+    from loaders.families import Qwen2VL
+    from loaders.kinds._planar import to_patches
+
+    family = Qwen2VL(patch_size=p, merge_size=m)
+    g = torch.Generator().manual_seed(1)
+    for bh, bw in [(1, 1), (2, 3), (1, 25), (14, 18)]:
+        hwc = torch.randint(0, 256, (bh * p * m, bw * p * m, 3), dtype=torch.uint8, generator=g)
+        for im in (hwc.permute(2, 0, 1), hwc.permute(2, 0, 1).contiguous()):
+            dst = torch.full((im.numel(),), 7, dtype=torch.uint8)
+            family.into(dst, im)
+            assert torch.equal(dst, _reference_patches(im, p, m)), (bh, bw, im.stride())
+    with pytest.raises(ValueError, match="to_patches: 84 bytes into 84, width 14"):
+        to_patches(bytes(84), bytearray(84), 14, 14, 2)  # 2 rows: not a block of 28
