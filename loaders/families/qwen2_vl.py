@@ -33,12 +33,8 @@ import torch
 
 from loaders.families.processors import image_processor, normalizer
 from loaders.interleaved.native import NativeResolution
+from loaders.kinds.interleaved import to_patches
 from wdstool.base.errors import ConfigError
-
-try:  # the compiled copy into patches (setup.py); without it torch's copy of a permuted view
-    from loaders.kinds._planar import to_patches
-except ImportError:  # pragma: no cover - a build without a C compiler
-    to_patches = None
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)

@@ -31,10 +31,11 @@ from loaders.schema import Pad
 from wdstool.base import counters
 from wdstool.base.errors import ConfigError, SampleError
 
-try:  # the compiled copy into planes (setup.py); without it torch's copy of a permuted view
-    from loaders.kinds._planar import to_planar
+try:  # the compiled copies into planes and patches (setup.py); without them torch's copy of a
+    # permuted view (to_patches: a model family's layout, loaders.families.Qwen2VL.into)
+    from loaders.kinds._planar import to_patches, to_planar
 except ImportError:  # pragma: no cover - a build without a C compiler
-    to_planar = None
+    to_planar = to_patches = None
 
 POOL_IMAGES = 2  # a slot holds this many of the largest images per sample...
 POOL_CAP = 64 << 20  # ...up to this many bytes; a batch of more is allocated, not pooled

@@ -56,7 +56,19 @@ def _reader_env() -> dict[str, str]:
     return env
 
 
-@pytest.mark.parametrize("page", PAGES, ids=_page_id)
+FIRST_VISIT = {"README.md", "docs/index.md"}  # make test runs these; make test-full every page
+
+
+def _pages() -> list[object]:
+    """Every page; the guides' runs (~6 minutes of the suite's CPU on 2 cores) are ``full``
+    tests, the README and the index (a first visit) run in ``make test`` too."""
+    return [
+        page if _page_id(page) in FIRST_VISIT else pytest.param(page, marks=pytest.mark.full)
+        for page in PAGES
+    ]
+
+
+@pytest.mark.parametrize("page", _pages(), ids=_page_id)
 def test_every_block_of_the_page_runs_in_an_empty_folder(
     page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

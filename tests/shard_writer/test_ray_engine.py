@@ -388,6 +388,7 @@ def _head(home: Path, env: dict[str, str], ray_version: str | None = None):
 TOKEN = "0123456789abcdef0123456789abcdef"
 
 
+@pytest.mark.full
 def test_a_cluster_with_token_authentication_names_ray_auth_mode(
     small_tree: Path, tmp_path: Path
 ) -> None:

@@ -26,6 +26,7 @@ class SlowTransform:
         return img[:, :8, :8].contiguous()
 
 
+@pytest.mark.full
 def test_cli_json_has_every_field_and_sweep_runs(uneven_dataset: Path, tmp_path: Path) -> None:
     out, plot = tmp_path / "bench.json", tmp_path / "bench.png"
     r = run_cli(

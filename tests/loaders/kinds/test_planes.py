@@ -51,7 +51,8 @@ def _reference_patches(im: torch.Tensor, p: int, m: int) -> torch.Tensor:
 @pytest.mark.parametrize(("p", "m"), [(14, 2), (16, 1), (3, 3)])
 def test_the_compiled_patches_give_torchs_bytes(p: int, m: int) -> None:
     from loaders.families import Qwen2VL
-    from loaders.kinds._planar import to_patches
+
+    to_patches = interleaved.to_patches
 
     family = Qwen2VL(patch_size=p, merge_size=m)
     g = torch.Generator().manual_seed(1)

@@ -130,6 +130,7 @@ def test_clip_job_with_a_real_tokenizer_on_two_ranks(vl, tmp_path: Path) -> None
             assert ids[: len(want)] == want and set(ids[len(want) :]) <= {tok.pad_id}
 
 
+@pytest.mark.full
 def test_sft_job_on_conversations_with_text_only_rows_resumed_on_two_ranks(tmp_path: Path) -> None:
     """examples/vlm_sft_train.py on LLaVA-Instruct-like conversations (a third of them text
     only) with a ChatML tokenizer saved with its template: 1 rank stops after its checkpoint
