@@ -60,7 +60,8 @@ system:
 # 2-rank and timm-flag DDP jobs and the 3-rank exact top-1 beside their harder cases, S3 faults
 # on every other connection, reshard/split/append, a listing's pack and a killed pack on S3 (the
 # same on disk stays), the guides' pages run in an empty folder (the README's and the index's
-# stay), the stream-bench sweep, the Ray token check and the text-only SFT job): half of the
+# stay), the stream-bench sweep, the Ray token check and index-after-a-kill, the text-only SFT,
+# packed VLM resume, real-tokenizer CLIP, spawned-worker and 3-rank DDP jobs): half of the
 # suite's time, so that `make test` stays within 10 minutes on 2 cores; `make test-full` runs
 # just them (CI runs both).
 TEST_WORKERS ?= 3

@@ -81,6 +81,7 @@ def cluster():
         c.shutdown()
 
 
+@pytest.mark.full
 def test_index_counts_on_ray_as_here_and_goes_on_after_a_kill(tmp_path: Path) -> None:
     """`wdstool index --out DIR --engine ray`: the header scans run as Ray tasks and give the
     index a local run gives; a run killed part way leaves its finished batches, and the next

@@ -93,7 +93,7 @@ def _epoch(loader) -> list[dict]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("context", ["fork", "spawn"])
+@pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.full)])
 def test_a_clip_job_with_two_worker_processes(caption_shards, tokenizer_json, bpe, context) -> None:
     tok = TextTokenizer(tokenizer_json, max_length=24)
     loader = make_loader(

@@ -16,8 +16,9 @@ from tests.support.torchrun import torchrun, torchrun_env, train_ddp_cmd
 pytestmark = pytest.mark.slow
 
 
-# 2 ranks: make test-full (3 ranks, with the exact validation, is the harder case)
-@pytest.mark.parametrize("nproc", [pytest.param(2, marks=pytest.mark.full), 3])
+# both in make test-full (test_train_recipe_example_on_two_ranks is make test's DDP job)
+@pytest.mark.full
+@pytest.mark.parametrize("nproc", [2, 3])
 def test_train_ddp_two_epochs(
     nproc: int, learnable_dataset: Path, uneven_dataset: Path, tmp_path: Path
 ) -> None:

@@ -131,6 +131,7 @@ def test_sigkill_then_resume_same_topology_equals_uninterrupted(
         assert stitched == expected, f"rank {rank}, killed after checkpoint {at}"
 
 
+@pytest.mark.full
 def test_sigkill_then_elastic_resume_on_three_ranks(
     learnable_dataset: Path, tmp_path: Path
 ) -> None:

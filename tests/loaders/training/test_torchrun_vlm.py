@@ -69,6 +69,7 @@ def _keys(logs: list[list[dict]], epoch: int) -> Counter[str]:
     return Counter(k for rank in logs for s in rank if s["epoch"] == epoch for k in s["keys"])
 
 
+@pytest.mark.full
 def test_packed_vlm_job_stopped_then_resumed_on_two_ranks(vl, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """1 rank stops after its checkpoint at step 2; the job resumed on 2 ranks delivers the
     rest of that epoch (every sample not yet seen, once, equal steps on both ranks), then a
@@ -99,6 +100,7 @@ def test_packed_vlm_job_stopped_then_resumed_on_two_ranks(vl, tmp_path: Path) ->
     assert first[: len(second)] != second[: len(first)]  # another order the second epoch
 
 
+@pytest.mark.full
 def test_clip_job_with_a_real_tokenizer_on_two_ranks(vl, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """examples/clip_train.py --tokenizer: every caption is the tokenizer's ids, padded with its
     pad id to the batch's longest; both ranks take the same steps of distinct samples."""
