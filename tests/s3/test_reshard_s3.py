@@ -55,10 +55,14 @@ def test_reshard_split_and_append_on_s3_match_the_same_on_disk(
     out = _cli(s3_server, "pack", str(local / "more"), f"s3://{s3_bucket}/merged", "--append")
     assert out["version"] == 2 and out["dataset_samples"] == 38
     after = _objects(s3_server, s3_bucket, "merged")
-    assert all(after[k] == v for k, v in before.items() if k != "index.json")
+    # the shards written before are untouched; the manifest and its side files (the samples'
+    # offsets) are rewritten to name the new ones too
+    shards = {k for k in after if not k.startswith("index.")}
+    assert all(after[k] == v for k, v in before.items() if k in shards)
     manifest = json.loads(after["index.json"])
     assert [v["version"] for v in manifest["versions"]] == [1, 2]
-    assert len(manifest["shardlist"]) == len(after) - 1  # no state or temporaries left
+    assert sorted(s["url"] for s in manifest["shardlist"]) == sorted(shards)  # nothing else left
+    assert set(after) - shards == {"index.json", manifest["sample_offsets"]["name"]}
 
 
 def test_hub_parquet_on_s3_equals_the_local_pack(tmp_path: Path, s3_server, s3_bucket: str) -> None:
