@@ -23,14 +23,13 @@ Every check is one error naming the file and the row, before any image is read.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Sequence
 
 from shard_writer.interleaved import Doc, InterleavedScan
 from shard_writer.listing_read import Row
-from shard_writer.row_values import column_labels, jsonable, listing_folder, resolve
+from shard_writer.row_values import column_labels, listing_folder, other_columns, resolve
 from shard_writer.scan import SourceFile
 from wdstool.base.errors import InputError
 from wdstool.format.conversation import (
@@ -98,7 +97,6 @@ def scan_conversations(
                 SourceFile(len(files), path, labels[i], -1, resolve(base, path), row.number)
             )
             files.append(doc_images[-1])
-        extra = {k: jsonable(url, row, k, v) for k, v in row.values.items() if k not in own}
         texts, _ = lists_of(messages)
         row_file = SourceFile(
             index=i,
@@ -106,7 +104,7 @@ def scan_conversations(
             class_idx=labels[i],
             size=-1,
             row=row.number,
-            extra=json.dumps(extra, sort_keys=True, separators=(",", ":")) if extra else "",
+            extra=other_columns(url, row, own),
             key=keys[i] if keys is not None else "",
         )
         docs.append(Doc(row_file, tuple(texts), tuple(doc_images), tuple(messages)))

@@ -11,7 +11,6 @@ every row as a :class:`shard_writer.scan.SourceFile` keyed as the loader keys it
 from __future__ import annotations
 
 import bisect
-import json
 import os
 import posixpath
 from collections.abc import Callable, Sequence
@@ -23,7 +22,7 @@ from typing import Any
 from shard_writer.layout import ShardSpec
 from shard_writer.listing_read import FORMATS, PARQUET_HINT, Row
 from shard_writer.options import PackOptions
-from shard_writer.row_values import column_labels, jsonable, text_value
+from shard_writer.row_values import column_labels, other_columns, text_value
 from shard_writer.scan import Scan, SourceFile, printable
 from wdstool.base.credentials import redact
 from wdstool.base.errors import ConfigError, InputError, ShardError
@@ -194,11 +193,6 @@ def hub_scan(
             groups.append(HubGroup(start, ft, g, n, rel))
             start += n
         for row, path in zip(rows, paths, strict=True):
-            extra = {
-                k: jsonable(ft.url, row, k, v)
-                for k, v in row.values.items()
-                if k not in (label_col, caption_col)
-            }
             # without a caption column, SourceFile's default ("no caption") applies
             caption = (
                 {"caption": text_value(ft.url, row, caption_col, "caption")} if captioned else {}
@@ -211,7 +205,7 @@ def hub_scan(
                     class_idx=labels[i],
                     size=-1,
                     row=row.number,
-                    extra=json.dumps(extra, sort_keys=True, separators=(",", ":")) if extra else "",
+                    extra=other_columns(ft.url, row, (label_col, caption_col)),
                     key=row_key(prefix, row.number - 1),
                     **caption,
                 )

@@ -22,11 +22,16 @@ probed as any listing's (:mod:`shard_writer.interleaved_write`).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from shard_writer.listing_read import Row
-from shard_writer.row_values import column_labels, jsonable, listing_folder, resolve, text_value
+from shard_writer.row_values import (
+    column_labels,
+    listing_folder,
+    other_columns,
+    resolve,
+    text_value,
+)
 from shard_writer.scan import Scan, SourceFile
 from wdstool.base.errors import InputError
 
@@ -125,14 +130,13 @@ def scan_interleaved(
             raise InputError(
                 f"{url}: {row.where()}: neither an image nor a text ({cols.images!r} is empty)"
             )
-        extra = {k: jsonable(url, row, k, v) for k, v in row.values.items() if k not in own}
         row_file = SourceFile(
             index=i,
             relpath=images[0].relpath if images else "",
             class_idx=labels[i],
             size=-1,
             row=row.number,
-            extra=json.dumps(extra, sort_keys=True, separators=(",", ":")) if extra else "",
+            extra=other_columns(url, row, own),
         )
         docs.append(Doc(row_file, texts, tuple(images)))
     return InterleavedScan(

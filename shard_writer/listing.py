@@ -31,7 +31,6 @@ file and the row, never a partial dataset. The images are checked by the probe, 
 
 from __future__ import annotations
 
-import json
 import os
 import posixpath
 from dataclasses import dataclass
@@ -40,7 +39,13 @@ from shard_writer import sources
 from shard_writer.conversations import is_conversations, scan_conversations
 from shard_writer.interleaved import Columns, scan_interleaved
 from shard_writer.listing_read import FORMATS, Row, read_rows
-from shard_writer.row_values import column_labels, jsonable, listing_folder, resolve, text_value
+from shard_writer.row_values import (
+    column_labels,
+    listing_folder,
+    other_columns,
+    resolve,
+    text_value,
+)
 from shard_writer.scan import Scan, SourceFile, scan_imagefolder
 from wdstool.base.credentials import redact
 from wdstool.base.errors import ConfigError, InputError, StorageError
@@ -208,7 +213,6 @@ def scan_listing(
                 f"{url}: duplicate path {path!r} in {seen[where].where()} and {row.where()}"
             )
         seen[where] = row
-        extra = {k: jsonable(url, row, k, v) for k, v in row.values.items() if k not in own}
         files.append(
             SourceFile(
                 index=i,
@@ -218,7 +222,7 @@ def scan_listing(
                 url=where,
                 row=row.number,
                 caption=text_value(url, row, caption_col, "caption") if captioned else None,
-                extra=json.dumps(extra, sort_keys=True, separators=(",", ":")) if extra else "",
+                extra=other_columns(url, row, own),
             )
         )
     return Scan(

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import json
 import math
 import os
 import posixpath
 import re
+from collections.abc import Collection
 from typing import Any
 
 from shard_writer.listing_read import Row
@@ -129,6 +131,13 @@ def jsonable(url: str, row: Row, col: str, value: Any) -> Any:
         f"{url}: {row.where()}: column {col!r} holds {type(value).__name__} values, which "
         "KEY.json cannot hold (drop or convert the column)"
     )
+
+
+def other_columns(url: str, row: Row, own: Collection[str | None]) -> str:
+    """The row's columns other than ``own`` as ``KEY.json``'s text (keys sorted, compact; ""
+    where there are none), each value checked by :func:`jsonable`."""
+    extra = {k: jsonable(url, row, k, v) for k, v in row.values.items() if k not in own}
+    return json.dumps(extra, sort_keys=True, separators=(",", ":")) if extra else ""
 
 
 def resolve(base: str, path: str) -> str:
