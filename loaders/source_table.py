@@ -103,8 +103,10 @@ def streamed_table(
     if not _large(found) or url.rsplit("/", 1)[-1] in ("_info.json", "info.json"):
         return None
     try:
-        with open_shard(url, storage_options, local_buffer=0) as f:
-            read = _read_ahead(f.read) if is_remote(url) else f.read
+        with (
+            open_shard(url, storage_options, local_buffer=0) as f,
+            _read_ahead(f.read, is_remote(url)) as read,
+        ):
             table = stream_table(read, url)
     except FileNotFoundError:
         return None
@@ -114,32 +116,49 @@ def streamed_table(
     return table
 
 
-def _read_ahead(read: Callable[[int], bytes], depth: int = 2) -> Callable[[int], bytes]:
-    """``read`` run in a thread ``depth`` pieces of ``CHUNK`` ahead of the caller (a remote
-    manifest arrives while the last piece is parsed)."""
+@contextlib.contextmanager
+def _read_ahead(
+    read: Callable[[int], bytes], ahead: bool, depth: int = 2
+) -> Iterator[Callable[[int], bytes]]:
+    """``read`` run in a thread ``depth`` pieces of ``CHUNK`` ahead of the caller, where
+    ``ahead`` (a remote manifest arrives while the last piece is parsed); the thread is done
+    when the block is, also where the caller stopped early (a manifest that is not one
+    template, or malformed)."""
+    if not ahead:
+        yield read
+        return
     pieces: queue.Queue[bytes | BaseException] = queue.Queue(depth)
+    stop = threading.Event()
 
     def fill() -> None:
         try:
-            while piece := read(CHUNK):
+            while not stop.is_set() and (piece := read(CHUNK)):
                 pieces.put(piece)
             pieces.put(b"")
         except BaseException as exc:  # handed to the reader, raised there
             pieces.put(exc)
 
-    threading.Thread(target=fill, daemon=True, name="manifest-read-ahead").start()
-    done = [False]
+    thread = threading.Thread(target=fill, daemon=True, name="manifest-read-ahead")
+    thread.start()
+    done = False
 
-    def take(n: int) -> bytes:
-        if done[0]:
+    def take(_: int) -> bytes:  # pieces of CHUNK, whatever is asked (the stream asks CHUNK)
+        nonlocal done
+        if done:
             return b""
         got = pieces.get()
         if isinstance(got, BaseException):
             raise got
-        done[0] = not got
+        done = not got
         return got
 
-    return take
+    try:
+        yield take
+    finally:  # a piece it is blocked on putting is taken, so that it sees the stop
+        stop.set()
+        while thread.is_alive():
+            with contextlib.suppress(queue.Empty):
+                pieces.get(timeout=0.05)
 
 
 @contextlib.contextmanager

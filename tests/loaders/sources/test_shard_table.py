@@ -290,3 +290,29 @@ def test_the_hosts_first_rank_streams_a_manifest_without_a_side_file(
     assert [k for k, _ in got] == [k for k, _ in want]
     assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(got, want, strict=True))
     assert len(_tables(cache)) == 1  # kept for the host's other ranks
+
+
+def test_a_remote_manifest_left_to_the_ordinary_parse_leaves_no_reading_thread(
+    tmp_path: Path,
+) -> None:
+    """A large manifest on a web server whose second entry breaks the template: the stream
+    stops at its first piece, and the thread reading pieces ahead ends with it (it was left
+    blocked on a full queue, holding the connection, once per make_loader)."""
+    import threading
+
+    from tests.support.webserver import WebServer
+
+    shards = [ShardEntry(f"s-{i:06d}.tar", 10, 1000, "ab" * 32) for i in range(100_000)]
+    obj = Manifest(shards=tuple(shards), fingerprint="f" * 64).to_json()
+    obj["shardlist"][1]["extra"] = 1  # another key: not the first entry's template
+    (tmp_path / "index.json").write_text(json.dumps(obj, indent=1))
+    assert (tmp_path / "index.json").stat().st_size > 6 * source_table.CHUNK
+
+    def readers() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "manifest-read-ahead"]
+
+    with WebServer(tmp_path) as srv:
+        url = f"{srv.url}/index.json"
+        found = indexes.index_version(url, None)
+        assert source_table.streamed_table(found, None, str(tmp_path / "c")) is None
+        assert not readers()
